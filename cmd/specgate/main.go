@@ -1,0 +1,64 @@
+// Command specgate is the one binary: an OpenAI-compatible LLM gateway with a
+// semantic cache and a local speculative-decoding engine.
+//
+// Usage: specgate [serve|generate|bench|config] [flags]; serve is the default.
+package main
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+)
+
+// command is one subcommand. Each lives in its own file and registers itself
+// in init, so that separate subcommands can be written independently.
+type command struct {
+	summary string
+	run     func(args []string) error
+}
+
+var commands = map[string]command{}
+
+func register(name, summary string, run func(args []string) error) {
+	if _, dup := commands[name]; dup {
+		panic("specgate: duplicate subcommand " + name)
+	}
+	commands[name] = command{summary: summary, run: run}
+}
+
+func usage() {
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("usage: specgate <command> [flags]  (default: serve)\n\ncommands:\n")
+	for _, n := range names {
+		fmt.Fprintf(&b, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprint(os.Stderr, b.String())
+}
+
+func main() {
+	args := os.Args[1:]
+	name := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	if name == "help" || name == "-h" {
+		usage()
+		return
+	}
+	cmd, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "specgate: unknown command %q\n", name)
+		usage()
+		os.Exit(2)
+	}
+	if err := cmd.run(args); err != nil {
+		fmt.Fprintln(os.Stderr, "specgate:", err)
+		os.Exit(1)
+	}
+}

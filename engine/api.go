@@ -1,0 +1,132 @@
+package engine
+
+// This file is the contract between the engine and its users (gateway,
+// speculative, the CUDA backend). Change it only together with them.
+
+import (
+	"context"
+	"errors"
+)
+
+// Sentinel errors. Wrap them with %w and the file/field/tensor in question.
+var (
+	ErrBadConfig      = errors.New("engine: bad model config")
+	ErrBadWeights     = errors.New("engine: bad weights")
+	ErrContextLength  = errors.New("engine: prompt exceeds the model's context length")
+	ErrKVExhausted    = errors.New("engine: KV cache has no free blocks")
+	ErrBackendMissing = errors.New("engine: backend unavailable")
+)
+
+// Backend runs the Llama forward pass of one model's weights on one device
+// (the CPU in pure Go, or a GPU through kernels/). The KV cache tensors live
+// in the backend; the block bookkeeping (which blocks a sequence owns) lives
+// in the engine's BlockManager and reaches the backend as a block table.
+//
+// KV layout: slot s = block*BlockSize + offset holds, for every layer, the
+// key and value vectors of one token ([NumKVHeads][HeadDim] each).
+type Backend interface {
+	// Forward runs one batched forward over all requests: it writes the KV of
+	// every new token into the slots given by req.Slots and fills req.Logits.
+	Forward(reqs []*ForwardRequest) error
+	// CopySlots copies the KV of slot src[i] to slot dst[i] for every layer
+	// (used for compaction after tree verification and copy-on-write).
+	CopySlots(src, dst []int32) error
+	// Close releases device memory.
+	Close() error
+}
+
+// ForwardRequest is one sequence's share of a batched forward.
+//
+// The sequence already holds Cached tokens of KV, at slots CachedSlots[0:Cached]
+// (half-open), with positions 0..Cached-1. The request adds len(Tokens) new
+// tokens.
+type ForwardRequest struct {
+	CachedSlots []int32 // slots of the cached prefix, in position order; len = cached length
+	Tokens      []int32 // new tokens
+	Positions   []int32 // RoPE position of each new token
+	Slots       []int32 // KV slot each new token's K/V is written to
+	// Parents describes a token tree over the new tokens: Parents[i] is the
+	// index (into Tokens) of token i's parent, or -1 when its parent is the
+	// last cached token. Token i attends to all cached tokens, its ancestors
+	// and itself. nil means a causal chain (token i attends to 0..i).
+	// Parents[i] < i always.
+	Parents []int32
+	// LogitsRows selects which new tokens get logits: nil = all.
+	// Logits is filled row-major, len(LogitsRows or Tokens) * VocabSize.
+	LogitsRows []int32
+	Logits     []float32
+}
+
+// SamplingParams are the per-request knobs of the sampler. Temperature 0
+// means greedy (argmax; ties go to the lowest id).
+type SamplingParams struct {
+	Temperature      float32
+	TopK             int     // 0 = off
+	TopP             float32 // 1 or 0 = off
+	MinP             float32 // 0 = off
+	PresencePenalty  float32
+	FrequencyPenalty float32
+	Seed             *uint64 // nil = random seed
+	Logprobs         int     // number of top logprobs to report per token; 0 = none (chosen token's logprob is always reported)
+}
+
+// GenerateRequest is one completion.
+type GenerateRequest struct {
+	Prompt       []int32 // already tokenized (chat template applied by the caller or by RenderChat)
+	MaxTokens    int     // 0 = up to the context length
+	Stop         []string
+	StopTokenIDs []int32 // in addition to the model's EOS ids
+	Sampling     SamplingParams
+	// PrefixSalt separates prefix-cache entries (per tenant), against the
+	// timing side channel. Empty = shared.
+	PrefixSalt string
+}
+
+// TokenLogprob is one candidate with its log-probability.
+type TokenLogprob struct {
+	Token   int32
+	Text    string
+	Logprob float32
+}
+
+// Chunk is one streamed piece of output. Text never splits a UTF-8 sequence.
+type Chunk struct {
+	Tokens   []int32 // tokens this chunk adds (several when speculation accepted many)
+	Text     string  // decoded text delta; may be empty while a multi-byte char is incomplete
+	Logprobs []TokenLogprob
+	Top      [][]TokenLogprob // per token, the Logprobs-many best alternatives
+}
+
+// FinishReason says why generation stopped: "stop" (EOS or stop sequence),
+// "length" (max tokens or context), or "cancelled".
+type FinishReason string
+
+const (
+	FinishStop      FinishReason = "stop"
+	FinishLength    FinishReason = "length"
+	FinishCancelled FinishReason = "cancelled"
+)
+
+// SpecStats reports what speculation did for one request.
+type SpecStats struct {
+	Steps    int // target forward passes in decode
+	Proposed int // draft tokens proposed
+	Accepted int // draft tokens accepted
+}
+
+// Result summarises a finished generation.
+type Result struct {
+	PromptTokens     int
+	CompletionTokens int
+	CachedTokens     int // prompt tokens served from the prefix cache
+	Finish           FinishReason
+	Spec             *SpecStats // nil without speculation
+}
+
+// Generator is what the gateway needs from a local model. Generate streams
+// chunks through emit; if emit returns an error or ctx is cancelled,
+// generation stops before the next token and all KV memory of the request
+// is freed before Generate returns.
+type Generator interface {
+	Generate(ctx context.Context, req GenerateRequest, emit func(Chunk) error) (Result, error)
+}
