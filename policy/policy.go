@@ -128,7 +128,6 @@ func (c Capacity) tooBig(size int64) bool {
 	return c.MaxBytes > 0 && size > c.MaxBytes
 }
 
-
 func clampSize(size int64) int64 { return max(size, 0) }
 
 // Names lists the policy names New accepts, sorted.
