@@ -1,0 +1,498 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+)
+
+// HNSWConfig holds the parameters of the in-process HNSW index.
+type HNSWConfig struct {
+	Dim            int    // vector length (required)
+	M              int    // links per node above layer 0; layer 0 keeps 2*M. 0 = 16
+	EfConstruction int    // candidate list size while inserting. 0 = 128
+	EfSearch       int    // candidate list size while searching (at least k). 0 = 64
+	Seed           uint64 // level-generation seed; the same inserts give the same graph
+	// CompactRatio: when tombstones exceed this fraction of a namespace's
+	// nodes, the namespace graph is rebuilt from its live nodes. 0 = 0.3.
+	CompactRatio float64
+}
+
+// HNSW is an in-process hierarchical navigable small world index (Malkov &
+// Yashunin) over L2-normalized vectors, scored by dot product (cosine). Each
+// namespace has its own graph, so a search can never return another
+// namespace's ids. Remove marks a tombstone (still traversed, never returned);
+// when tombstones pass CompactRatio the graph is rebuilt from live nodes.
+// Safe for concurrent use: searches of one namespace run in parallel, writes
+// lock that namespace only. Vectors passed in are copied.
+type HNSW struct {
+	cfg    HNSWConfig
+	mu     sync.RWMutex
+	graphs map[string]*graph
+	closed bool
+}
+
+// NewHNSW returns an empty index.
+func NewHNSW(cfg HNSWConfig) (*HNSW, error) {
+	if cfg.Dim <= 0 || cfg.Dim > 1<<16 {
+		return nil, fmt.Errorf("%w: hnsw dim %d not in [1, 65536]", ErrConfig, cfg.Dim)
+	}
+	if cfg.M == 0 {
+		cfg.M = 16
+	}
+	if cfg.EfConstruction == 0 {
+		cfg.EfConstruction = 128
+	}
+	if cfg.EfSearch == 0 {
+		cfg.EfSearch = 64
+	}
+	if cfg.CompactRatio == 0 {
+		cfg.CompactRatio = 0.3
+	}
+	if cfg.M < 2 || cfg.M > 256 || cfg.EfConstruction < 1 || cfg.EfSearch < 1 || cfg.CompactRatio < 0 || cfg.CompactRatio >= 1 {
+		return nil, fmt.Errorf("%w: hnsw m=%d ef_construction=%d ef_search=%d compact_ratio=%v", ErrConfig, cfg.M, cfg.EfConstruction, cfg.EfSearch, cfg.CompactRatio)
+	}
+	return &HNSW{cfg: cfg, graphs: map[string]*graph{}}, nil
+}
+
+// Config returns the effective parameters.
+func (h *HNSW) Config() HNSWConfig { return h.cfg }
+
+func (h *HNSW) graphFor(namespace string, create bool) (*graph, error) {
+	h.mu.RLock()
+	g, closed := h.graphs[namespace], h.closed
+	h.mu.RUnlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if g != nil || !create {
+		return g, nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, ErrClosed
+	}
+	if g = h.graphs[namespace]; g == nil {
+		g = newGraph(h.cfg, h.cfg.Seed^fnv64(0, namespace))
+		h.graphs[namespace] = g
+	}
+	return g, nil
+}
+
+// Add inserts or replaces the vector of id in namespace. Re-adding an
+// identical vector is a no-op.
+func (h *HNSW) Add(_ context.Context, namespace, id string, v []float32) error {
+	if len(v) != h.cfg.Dim {
+		return fmt.Errorf("hnsw: add %s: %w: got %d, want %d", id, ErrDim, len(v), h.cfg.Dim)
+	}
+	g, err := h.graphFor(namespace, true)
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.add(id, append([]float32(nil), v...))
+	return nil
+}
+
+// Remove deletes id from namespace; an absent id is not an error.
+func (h *HNSW) Remove(_ context.Context, namespace, id string) error {
+	g, err := h.graphFor(namespace, false)
+	if err != nil || g == nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.remove(id)
+	return nil
+}
+
+// Search returns up to k live matches of namespace, best first.
+func (h *HNSW) Search(_ context.Context, namespace string, v []float32, k int) ([]Match, error) {
+	if len(v) != h.cfg.Dim {
+		return nil, fmt.Errorf("hnsw: search: %w: got %d, want %d", ErrDim, len(v), h.cfg.Dim)
+	}
+	g, err := h.graphFor(namespace, false)
+	if err != nil || g == nil || k <= 0 {
+		return nil, err
+	}
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.search(v, k, max(h.cfg.EfSearch, k)), nil
+}
+
+// Len returns the number of live vectors in namespace ("" = all namespaces).
+func (h *HNSW) Len(namespace string) int {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	n := 0
+	for ns, g := range h.graphs {
+		if namespace == "" || ns == namespace {
+			g.mu.RLock()
+			n += len(g.byID)
+			g.mu.RUnlock()
+		}
+	}
+	return n
+}
+
+// Close drops all graphs; later calls fail with ErrClosed.
+func (h *HNSW) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	h.graphs = nil
+	return nil
+}
+
+var _ VectorIndex = (*HNSW)(nil)
+
+// node is one vector in a graph. links[l] are its neighbours on layer l.
+type node struct {
+	id      string
+	vec     []float32
+	links   [][]int32
+	deleted bool
+}
+
+type graph struct {
+	mu        sync.RWMutex
+	cfg       HNSWConfig
+	rng       *rand.Rand
+	seed      uint64
+	ml        float64
+	nodes     []*node
+	byID      map[string]int32
+	entry     int32 // -1 when empty
+	top       int   // level of entry
+	tombs     int
+	visitPool sync.Pool
+}
+
+func newGraph(cfg HNSWConfig, seed uint64) *graph {
+	return &graph{
+		cfg: cfg, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		ml: 1 / math.Log(float64(cfg.M)), byID: map[string]int32{}, entry: -1,
+	}
+}
+
+// visited is a generation-stamped visited set.
+type visited struct {
+	mark []uint32
+	gen  uint32
+}
+
+func (g *graph) getVisited() *visited {
+	vs, _ := g.visitPool.Get().(*visited)
+	if vs == nil {
+		vs = &visited{}
+	}
+	if len(vs.mark) < len(g.nodes) {
+		vs.mark = make([]uint32, len(g.nodes)+len(g.nodes)/4+16)
+		vs.gen = 0
+	}
+	vs.gen++
+	if vs.gen == 0 {
+		clear(vs.mark)
+		vs.gen = 1
+	}
+	return vs
+}
+
+func (vs *visited) visit(i int32) bool {
+	if vs.mark[i] == vs.gen {
+		return false
+	}
+	vs.mark[i] = vs.gen
+	return true
+}
+
+func (g *graph) randomLevel() int {
+	u := g.rng.Float64()
+	if u <= 0 {
+		u = math.SmallestNonzeroFloat64
+	}
+	return min(int(-math.Log(u)*g.ml), 16)
+}
+
+func (g *graph) maxLinks(level int) int {
+	if level == 0 {
+		return 2 * g.cfg.M
+	}
+	return g.cfg.M
+}
+
+// cand is a search candidate; s is the similarity (higher is closer).
+type cand struct {
+	i int32
+	s float32
+}
+
+// heap of candidates; max=true keeps the most similar on top.
+type candHeap struct {
+	c   []cand
+	max bool
+}
+
+func (h *candHeap) less(a, b int) bool {
+	if h.max {
+		return h.c[a].s > h.c[b].s
+	}
+	return h.c[a].s < h.c[b].s
+}
+func (h *candHeap) push(x cand) {
+	h.c = append(h.c, x)
+	i := len(h.c) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			break
+		}
+		h.c[i], h.c[p] = h.c[p], h.c[i]
+		i = p
+	}
+}
+func (h *candHeap) pop() cand {
+	top := h.c[0]
+	n := len(h.c) - 1
+	h.c[0] = h.c[n]
+	h.c = h.c[:n]
+	i := 0
+	for {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && h.less(l, m) {
+			m = l
+		}
+		if r < n && h.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h.c[i], h.c[m] = h.c[m], h.c[i]
+		i = m
+	}
+	return top
+}
+func (h *candHeap) top() cand { return h.c[0] }
+func (h *candHeap) len() int  { return len(h.c) }
+
+// greedy descends one layer from ep, moving to the most similar neighbour.
+func (g *graph) greedy(q []float32, ep cand, level int) cand {
+	for changed := true; changed; {
+		changed = false
+		for _, j := range g.nodes[ep.i].links[level] {
+			if s := Dot(q, g.nodes[j].vec); s > ep.s {
+				ep, changed = cand{j, s}, true
+			}
+		}
+	}
+	return ep
+}
+
+// searchLayer returns up to ef nearest nodes on level (most similar first).
+// With liveOnly, tombstones are traversed but not returned.
+func (g *graph) searchLayer(q []float32, ep cand, ef, level int, liveOnly bool) []cand {
+	vs := g.getVisited()
+	defer g.visitPool.Put(vs)
+	vs.visit(ep.i)
+	cands := candHeap{max: true}
+	res := candHeap{max: false} // worst on top
+	cands.push(ep)
+	if !liveOnly || !g.nodes[ep.i].deleted {
+		res.push(ep)
+	}
+	for cands.len() > 0 {
+		c := cands.pop()
+		if res.len() >= ef && c.s < res.top().s {
+			break
+		}
+		for _, j := range g.nodes[c.i].links[level] {
+			if !vs.visit(j) {
+				continue
+			}
+			n := g.nodes[j]
+			s := Dot(q, n.vec)
+			if res.len() < ef || s > res.top().s {
+				cands.push(cand{j, s})
+				if liveOnly && n.deleted {
+					continue
+				}
+				res.push(cand{j, s})
+				if res.len() > ef {
+					res.pop()
+				}
+			}
+		}
+	}
+	out := make([]cand, res.len())
+	for i := len(out) - 1; i >= 0; i-- {
+		out[i] = res.pop()
+	}
+	return out
+}
+
+// selectNeighbors is the HNSW heuristic: keep a candidate only if it is closer
+// to the base than to every neighbour kept so far, then fill up with the
+// pruned ones (keepPrunedConnections). cs must be sorted most similar first.
+func (g *graph) selectNeighbors(cs []cand, m int) []int32 {
+	out := make([]int32, 0, m)
+	var pruned []int32
+	for _, c := range cs {
+		if len(out) >= m {
+			break
+		}
+		good := true
+		for _, o := range out {
+			if Dot(g.nodes[c.i].vec, g.nodes[o].vec) > c.s {
+				good = false
+				break
+			}
+		}
+		if good {
+			out = append(out, c.i)
+		} else {
+			pruned = append(pruned, c.i)
+		}
+	}
+	for _, p := range pruned {
+		if len(out) >= m {
+			break
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func vecEqual(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (g *graph) add(id string, v []float32) {
+	if old, ok := g.byID[id]; ok {
+		if vecEqual(g.nodes[old].vec, v) {
+			return
+		}
+		g.remove(id)
+	}
+	level := g.randomLevel()
+	idx := int32(len(g.nodes))
+	n := &node{id: id, vec: v, links: make([][]int32, level+1)}
+	g.nodes = append(g.nodes, n)
+	g.byID[id] = idx
+	if g.entry < 0 {
+		g.entry, g.top = idx, level
+		return
+	}
+	ep := cand{g.entry, Dot(v, g.nodes[g.entry].vec)}
+	for l := g.top; l > level; l-- {
+		ep = g.greedy(v, ep, l)
+	}
+	for l := min(level, g.top); l >= 0; l-- {
+		cs := g.searchLayer(v, ep, g.cfg.EfConstruction, l, false)
+		n.links[l] = g.selectNeighbors(cs, g.cfg.M)
+		for _, j := range n.links[l] {
+			g.link(j, idx, l)
+		}
+		ep = cs[0]
+	}
+	if level > g.top {
+		g.entry, g.top = idx, level
+	}
+}
+
+// link adds the edge j→i on level l, shrinking j's list with the heuristic
+// when it overflows.
+func (g *graph) link(j, i int32, l int) {
+	nj := g.nodes[j]
+	nj.links[l] = append(nj.links[l], i)
+	if len(nj.links[l]) <= g.maxLinks(l) {
+		return
+	}
+	cs := make([]cand, len(nj.links[l]))
+	for k, x := range nj.links[l] {
+		cs[k] = cand{x, Dot(nj.vec, g.nodes[x].vec)}
+	}
+	sortCands(cs)
+	nj.links[l] = g.selectNeighbors(cs, g.maxLinks(l))
+}
+
+func sortCands(cs []cand) {
+	// insertion sort: lists are short (≤ 2M+1)
+	for i := 1; i < len(cs); i++ {
+		for k := i; k > 0 && cs[k].s > cs[k-1].s; k-- {
+			cs[k], cs[k-1] = cs[k-1], cs[k]
+		}
+	}
+}
+
+func (g *graph) remove(id string) {
+	idx, ok := g.byID[id]
+	if !ok {
+		return
+	}
+	delete(g.byID, id)
+	g.nodes[idx].deleted = true
+	g.tombs++
+	if len(g.byID) == 0 {
+		g.reset(g.seed, 0)
+		return
+	}
+	if float64(g.tombs) > g.cfg.CompactRatio*float64(len(g.nodes)) && g.tombs >= 64 {
+		g.compact()
+	}
+}
+
+// compact rebuilds the graph from its live nodes, in insertion order, with
+// the level generator reseeded so the result is deterministic.
+func (g *graph) compact() {
+	live := make([]*node, 0, len(g.byID))
+	for _, n := range g.nodes {
+		if !n.deleted {
+			live = append(live, n)
+		}
+	}
+	g.reset(g.seed+1, len(live))
+	for _, n := range live {
+		g.add(n.id, n.vec)
+	}
+}
+
+// reset empties the graph (keeping its lock) and reseeds the level generator.
+func (g *graph) reset(seed uint64, capacity int) {
+	g.seed = seed
+	g.rng = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	g.nodes = make([]*node, 0, capacity)
+	g.byID = make(map[string]int32, capacity)
+	g.entry, g.top, g.tombs = -1, 0, 0
+}
+
+func (g *graph) search(q []float32, k, ef int) []Match {
+	if g.entry < 0 {
+		return nil
+	}
+	ep := cand{g.entry, Dot(q, g.nodes[g.entry].vec)}
+	for l := g.top; l > 0; l-- {
+		ep = g.greedy(q, ep, l)
+	}
+	cs := g.searchLayer(q, ep, ef, 0, true)
+	if len(cs) > k {
+		cs = cs[:k]
+	}
+	out := make([]Match, len(cs))
+	for i, c := range cs {
+		out[i] = Match{ID: g.nodes[c.i].id, Score: c.s}
+	}
+	return out
+}
