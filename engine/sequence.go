@@ -1,0 +1,295 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrTreePending is returned by Sequence.Forward while a tree forward awaits KeepTree.
+var ErrTreePending = errors.New("engine: sequence has an unresolved token tree (call KeepTree)")
+
+// Sequence is one token sequence's KV state in a Model: a block table plus
+// the committed tokens whose KV it holds (positions 0..Len()-1). It is used
+// by one goroutine at a time; different sequences of one model may be used
+// from different goroutines (forwards are serialized by the model).
+//
+// Life cycle: NewSequence → Forward (chain: tokens are committed at once;
+// tree: they stay pending until KeepTree) → ... → Free. A draft model keeps
+// its own Sequence of its own Model in step with the target's.
+type Sequence struct {
+	m      *Model
+	t      BlockTable
+	tokens []int32
+
+	// pending tree from the last Forward with parents (nil when none).
+	tree        []int32
+	treeParents []int32
+
+	// prefix cache: hashes[b] is the key of committed full block b.
+	cacheOn bool
+	salt    string
+	hashes  []blockHash
+	freed   bool
+}
+
+// NewSequence starts an empty sequence that does not use the prefix cache.
+func (m *Model) NewSequence() *Sequence { return &Sequence{m: m} }
+
+// NewCachedSequence starts a sequence that reuses prompt's full blocks from
+// the prefix cache (keyed with salt) and offers its own full blocks to the
+// cache as they are committed. At most len(prompt)-1 tokens are matched, so
+// the caller always has a token left to forward for logits. It returns the
+// number of prompt tokens already in the KV (a multiple of the block size);
+// Tokens() is then prompt[:cached].
+func (m *Model) NewCachedSequence(prompt []int32, salt string) (*Sequence, int) {
+	s := &Sequence{m: m, cacheOn: m.kv.cacheOn, salt: salt}
+	if !s.cacheOn || len(prompt) < 2 {
+		return s, 0
+	}
+	bs := m.kv.BlockSize()
+	blocks, hashes := m.kv.matchPrefix(salt, prompt, (len(prompt)-1)/bs)
+	s.t.Blocks = blocks
+	s.t.N = len(blocks) * bs
+	s.hashes = hashes
+	s.tokens = append([]int32(nil), prompt[:s.t.N]...)
+	return s, s.t.N
+}
+
+// Model returns the sequence's model.
+func (s *Sequence) Model() *Model { return s.m }
+
+// Len is the number of committed tokens (their KV is valid at positions [0, Len)).
+func (s *Sequence) Len() int { return len(s.tokens) }
+
+// Tokens returns the committed tokens. The slice is owned by the sequence:
+// read-only, valid until the next call that changes the sequence.
+func (s *Sequence) Tokens() []int32 { return s.tokens }
+
+// Table returns the block table (read-only; for backends and tests).
+func (s *Sequence) Table() *BlockTable { return &s.t }
+
+// Slot returns the KV slot of position p (p < Len(), or inside a pending tree).
+func (s *Sequence) Slot(p int) int32 { return s.m.kv.Slot(&s.t, p) }
+
+// BatchItem is one sequence's part of Model.ForwardBatch. Tokens, Parents
+// and LogitsRows mean what they mean in ForwardRequest. Logits receives
+// rows*VocabSize float32 (allocated when nil or too small).
+type BatchItem struct {
+	Seq        *Sequence
+	Tokens     []int32
+	Parents    []int32
+	LogitsRows []int32
+	Logits     []float32
+}
+
+// Forward appends tokens to the sequence and returns their logits
+// (row-major [rows][VocabSize], rows = LogitsRows or all tokens; owned by
+// the caller). With parents == nil the tokens form a chain and are committed.
+// With parents (see ForwardRequest.Parents; -1 = the last committed token)
+// they form a tree: token i gets position Len()+depth(i) and the tree stays
+// pending until KeepTree. Errors: ErrContextLength, ErrKVExhausted,
+// ErrTreePending; on error the sequence is unchanged.
+func (s *Sequence) Forward(tokens, parents, logitsRows []int32) ([]float32, error) {
+	it := []BatchItem{{Seq: s, Tokens: tokens, Parents: parents, LogitsRows: logitsRows}}
+	if err := s.m.ForwardBatch(it); err != nil {
+		return nil, err
+	}
+	return it[0].Logits, nil
+}
+
+// ForwardBatch runs one batched backend forward over several sequences of
+// this model (each at most once), as Sequence.Forward does for one.
+func (m *Model) ForwardBatch(items []BatchItem) error {
+	V := m.Config.VocabSize
+	reqs := make([]*ForwardRequest, len(items))
+	prepared := 0
+	rollback := func() {
+		for _, it := range items[:prepared] {
+			m.kv.Truncate(&it.Seq.t, it.Seq.t.N)
+		}
+	}
+	m.fwd.Lock()
+	defer m.fwd.Unlock()
+	for i := range items {
+		it := &items[i]
+		s := it.Seq
+		if s.m != m {
+			rollback()
+			return fmt.Errorf("engine: ForwardBatch: item %d: sequence of another model", i)
+		}
+		if s.freed {
+			rollback()
+			return errFreed
+		}
+		if s.tree != nil {
+			rollback()
+			return ErrTreePending
+		}
+		n := len(it.Tokens)
+		if n == 0 {
+			rollback()
+			return fmt.Errorf("engine: ForwardBatch: item %d: no tokens", i)
+		}
+		if it.Parents != nil && len(it.Parents) != n {
+			rollback()
+			return fmt.Errorf("engine: ForwardBatch: item %d: %d tokens, %d parents", i, n, len(it.Parents))
+		}
+		base := s.t.N
+		pos := make([]int32, n)
+		for j := range n {
+			if it.Parents == nil {
+				pos[j] = int32(base + j)
+				continue
+			}
+			p := it.Parents[j]
+			if p < -1 || int(p) >= j {
+				rollback()
+				return fmt.Errorf("engine: ForwardBatch: item %d: parent %d = %d not in [-1, %d)", i, j, p, j)
+			}
+			if p < 0 {
+				pos[j] = int32(base)
+			} else {
+				pos[j] = pos[p] + 1
+			}
+		}
+		maxPos := int(pos[n-1])
+		for _, p := range pos {
+			maxPos = max(maxPos, int(p))
+		}
+		if maxPos >= m.Config.MaxPositions {
+			rollback()
+			return fmt.Errorf("engine: position %d >= max_position_embeddings %d: %w", maxPos, m.Config.MaxPositions, ErrContextLength)
+		}
+		if err := m.kv.Reserve(&s.t, base+n); err != nil {
+			rollback()
+			return err
+		}
+		prepared++
+		rows := n
+		if it.LogitsRows != nil {
+			rows = len(it.LogitsRows)
+		}
+		if len(it.Logits) < rows*V {
+			it.Logits = make([]float32, rows*V)
+		}
+		reqs[i] = &ForwardRequest{
+			CachedSlots: m.kv.Slots(make([]int32, 0, base), &s.t, 0, base),
+			Tokens:      it.Tokens,
+			Positions:   pos,
+			Slots:       m.kv.Slots(make([]int32, 0, n), &s.t, base, base+n),
+			Parents:     it.Parents,
+			LogitsRows:  it.LogitsRows,
+			Logits:      it.Logits[:rows*V],
+		}
+	}
+	if err := m.backend.Forward(reqs); err != nil {
+		rollback()
+		return err
+	}
+	for i := range items {
+		it := &items[i]
+		s := it.Seq
+		if it.Parents == nil {
+			s.t.N += len(it.Tokens)
+			s.tokens = append(s.tokens, it.Tokens...)
+			s.offerBlocks()
+		} else {
+			s.t.N += len(it.Tokens)
+			s.tree = append([]int32(nil), it.Tokens...)
+			s.treeParents = append([]int32(nil), it.Parents...)
+		}
+	}
+	return nil
+}
+
+// KeepTree resolves the pending tree of the last Forward: keep lists the
+// indices (into that forward's tokens) of the accepted path, root first;
+// keep[0]'s parent must be -1 and keep[j]'s parent keep[j-1]. Their KV moves
+// to positions Len(), Len()+1, ... and they are committed; the other tree
+// tokens are dropped and their blocks released. An empty keep drops the tree.
+func (s *Sequence) KeepTree(keep []int) error {
+	if s.tree == nil {
+		return fmt.Errorf("engine: KeepTree: no pending tree")
+	}
+	for j, k := range keep {
+		if k < 0 || k >= len(s.tree) {
+			return fmt.Errorf("engine: KeepTree: index %d out of range [0, %d)", k, len(s.tree))
+		}
+		want := int32(-1)
+		if j > 0 {
+			want = int32(keep[j-1])
+		}
+		if s.treeParents[k] != want {
+			return fmt.Errorf("engine: KeepTree: keep %v is not a root path (parent of %d is %d, want %d)", keep, k, s.treeParents[k], want)
+		}
+	}
+	base := len(s.tokens)
+	s.m.fwd.Lock()
+	err := s.m.kv.KeepTree(&s.t, base, keep)
+	s.m.fwd.Unlock()
+	if err != nil {
+		return err
+	}
+	for _, k := range keep {
+		s.tokens = append(s.tokens, s.tree[k])
+	}
+	s.tree, s.treeParents = nil, nil
+	s.offerBlocks()
+	return nil
+}
+
+// Truncate drops committed tokens beyond n (and any pending tree).
+func (s *Sequence) Truncate(n int) {
+	if n < 0 {
+		n = 0
+	}
+	n = min(n, len(s.tokens))
+	s.tree, s.treeParents = nil, nil
+	s.t.N = len(s.tokens)
+	s.m.kv.Truncate(&s.t, n)
+	s.tokens = s.tokens[:n]
+	if nb := n / s.m.kv.BlockSize(); nb < len(s.hashes) {
+		s.hashes = s.hashes[:nb]
+	}
+}
+
+// Fork returns a new sequence sharing this one's KV blocks (copy-on-write)
+// and committed tokens. A pending tree is not shared.
+func (s *Sequence) Fork() *Sequence {
+	t := BlockTable{Blocks: s.t.Blocks, N: len(s.tokens)}
+	f := &Sequence{m: s.m, cacheOn: s.cacheOn, salt: s.salt}
+	nt := s.m.kv.Fork(&t)
+	s.m.kv.Truncate(nt, nt.N)
+	f.t = *nt
+	f.tokens = append([]int32(nil), s.tokens...)
+	f.hashes = append([]blockHash(nil), s.hashes...)
+	return f
+}
+
+// Free releases the sequence's KV blocks (blocks in the prefix cache stay
+// there). Safe to call twice.
+func (s *Sequence) Free() {
+	if s.freed {
+		return
+	}
+	s.freed = true
+	s.m.kv.Free(&s.t)
+	s.tokens, s.tree, s.treeParents, s.hashes = nil, nil, nil, nil
+}
+
+// offerBlocks registers newly completed full blocks with the prefix cache.
+func (s *Sequence) offerBlocks() {
+	if !s.cacheOn {
+		return
+	}
+	bs := s.m.kv.BlockSize()
+	for b := len(s.hashes); (b+1)*bs <= len(s.tokens); b++ {
+		var parent blockHash
+		if b > 0 {
+			parent = s.hashes[b-1]
+		}
+		h := hashBlock(s.salt, parent, s.tokens[b*bs:(b+1)*bs])
+		s.m.kv.register(h, s.t.Blocks[b], b)
+		s.hashes = append(s.hashes, h)
+	}
+}
