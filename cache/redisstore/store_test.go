@@ -369,4 +369,3 @@ func TestGlobEscape(t *testing.T) {
 		}
 	}
 }
-
