@@ -1,0 +1,576 @@
+package kernels
+
+import (
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+//go:embed *.cu
+var sources embed.FS
+
+// KernelCacheEnv overrides the directory of compiled kernels
+// (default: the user cache dir + /specgate/kernels).
+const KernelCacheEnv = "SPECGATE_KERNEL_CACHE"
+
+// DevicePtr is a device address (CUdeviceptr). 0 is the null pointer.
+type DevicePtr uintptr
+
+// Dim3 is a grid or block shape.
+type Dim3 struct{ X, Y, Z uint32 }
+
+// Func is a loaded kernel (CUfunction).
+type Func uintptr
+
+// Device is one GPU with its primary context, one stream and the compiled
+// kernel module. All CUDA work runs on a dedicated goroutine locked to its
+// OS thread (CUDA contexts are per thread); Do marshals a function onto it.
+// A Device is safe for concurrent use; calls are serialised.
+type Device struct {
+	Ordinal      int
+	Name         string
+	Major, Minor int // compute capability
+	SMs          int
+	MaxSmemOptin int    // bytes of dynamic shared memory a block may opt into
+	Arch         string // e.g. "sm_90", what the kernels were built for
+	DriverVer    int
+	CacheHit     bool // the kernel binary came from the disk cache
+
+	reqs      chan func()
+	closeOnce sync.Once
+	mu        sync.Mutex
+	closed    bool
+
+	// Owned by the worker goroutine.
+	dev    int32
+	ctx    uintptr
+	stream uintptr
+	mod    uintptr
+	funcs  map[string]Func
+	blas   uintptr
+	args   [64]uint64
+	argp   [64]uintptr
+	c      Ctx
+}
+
+// Ctx is the view of a Device inside Do: its methods run CUDA calls directly
+// and must only be called from the function passed to Do.
+type Ctx struct{ d *Device }
+
+// Open initialises GPU ordinal, compiles (or loads from cache) the embedded
+// kernels, and starts the worker. Errors wrap ErrNoCUDA when no driver,
+// compiler or device is present.
+func Open(ordinal int) (*Device, error) {
+	if err := loadLibs(); err != nil {
+		return nil, err
+	}
+	d := &Device{Ordinal: ordinal, reqs: make(chan func()), funcs: map[string]Func{}}
+	d.c = Ctx{d}
+	for i := range d.argp {
+		d.argp[i] = uintptr(unsafe.Pointer(&d.args[i]))
+	}
+	initErr := make(chan error, 1)
+	go d.worker(initErr)
+	if err := <-initErr; err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *Device) worker(initErr chan<- error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := d.init(); err != nil {
+		initErr <- err
+		return
+	}
+	initErr <- nil
+	for f := range d.reqs {
+		f()
+	}
+	d.release()
+}
+
+func (d *Device) init() error {
+	if r := cu.cuInit.call(0); r != 0 {
+		return fmt.Errorf("cuInit (%s): %w", cuErr(r, "cuInit"), ErrNoCUDA)
+	}
+	var ver int32
+	cu.cuDriverGetVersion.call(uintptr(unsafe.Pointer(&ver)))
+	d.DriverVer = int(ver)
+	if r := cu.cuDeviceGet.call(uintptr(unsafe.Pointer(&d.dev)), uintptr(d.Ordinal)); r != 0 {
+		return fmt.Errorf("device %d: %v: %w", d.Ordinal, cuErr(r, "cuDeviceGet"), ErrNoCUDA)
+	}
+	attr := func(a int) int {
+		var v int32
+		cu.cuDeviceGetAttribute.call(uintptr(unsafe.Pointer(&v)), uintptr(a), uintptr(d.dev))
+		return int(v)
+	}
+	d.Major, d.Minor, d.SMs, d.MaxSmemOptin = attr(75), attr(76), attr(16), attr(97)
+	var name [256]byte
+	cu.cuDeviceGetName.call(uintptr(unsafe.Pointer(&name[0])), 255, uintptr(d.dev))
+	d.Name = strings.TrimRight(string(name[:]), "\x00")
+	if r := cu.cuDevicePrimaryCtxRetain.call(uintptr(unsafe.Pointer(&d.ctx)), uintptr(d.dev)); r != 0 {
+		return cuErr(r, "cuDevicePrimaryCtxRetain")
+	}
+	if r := cu.cuCtxSetCurrent.call(d.ctx); r != 0 {
+		return cuErr(r, "cuCtxSetCurrent")
+	}
+	if r := cu.cuStreamCreate.call(uintptr(unsafe.Pointer(&d.stream)), 1 /* non-blocking */); r != 0 {
+		return cuErr(r, "cuStreamCreate")
+	}
+	img, arch, hit, err := compileModule(d.Major, d.Minor)
+	if err != nil {
+		return err
+	}
+	d.Arch, d.CacheHit = arch, hit
+	if r := cu.cuModuleLoadData.call(uintptr(unsafe.Pointer(&d.mod)), uintptr(unsafe.Pointer(&img[0]))); r != 0 {
+		return cuErr(r, "cuModuleLoadData("+arch+")")
+	}
+	runtime.KeepAlive(img)
+	return nil
+}
+
+func (d *Device) release() {
+	if d.blas != 0 && cublas != nil {
+		cublas.cublasDestroy.call(d.blas)
+	}
+	if d.mod != 0 {
+		cu.cuModuleUnload.call(d.mod)
+	}
+	if d.stream != 0 {
+		cu.cuStreamDestroy.call(d.stream)
+	}
+	cu.cuDevicePrimaryCtxRelease.call(uintptr(d.dev))
+}
+
+// Do runs f on the device's worker thread and returns its error.
+func (d *Device) Do(f func(c *Ctx) error) error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return ErrClosed
+	}
+	done := make(chan error, 1)
+	d.reqs <- func() { done <- f(&d.c) }
+	d.mu.Unlock()
+	return <-done
+}
+
+// Close stops the worker and releases the context's module and stream.
+// Device memory the caller allocated must be freed before.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	close(d.reqs)
+	return nil
+}
+
+// Device returns the device this context belongs to.
+func (c *Ctx) Device() *Device { return c.d }
+
+// Func returns the named kernel (extern "C" name in the .cu sources).
+func (c *Ctx) Func(name string) (Func, error) {
+	if f, ok := c.d.funcs[name]; ok {
+		return f, nil
+	}
+	var f uintptr
+	n := cstring(name)
+	if r := cu.cuModuleGetFunction.call(uintptr(unsafe.Pointer(&f)), c.d.mod, uintptr(unsafe.Pointer(&n[0]))); r != 0 {
+		return 0, cuErr(r, "cuModuleGetFunction("+name+")")
+	}
+	c.d.funcs[name] = Func(f)
+	return Func(f), nil
+}
+
+// SetMaxDynamicSmem lets f use up to bytes of dynamic shared memory.
+func (c *Ctx) SetMaxDynamicSmem(f Func, bytes int) error {
+	return cuErr(cu.cuFuncSetAttribute.call(uintptr(f), 8, uintptr(bytes)), "cuFuncSetAttribute")
+}
+
+// Kernel argument encoders: every argument occupies one 8-byte slot; the
+// driver reads as many bytes as the kernel's parameter has (little-endian).
+
+// P encodes a device pointer argument.
+func P(p DevicePtr) uint64 { return uint64(p) }
+
+// I encodes an int (32-bit) argument.
+func I(v int) uint64 { return uint64(uint32(int32(v))) }
+
+// F encodes a float argument.
+func F(v float32) uint64 { return uint64(math.Float32bits(v)) }
+
+// Launch enqueues f on the stream. args are encoded with P, I, F.
+func (c *Ctx) Launch(f Func, grid, block Dim3, smem int, args ...uint64) error {
+	d := c.d
+	if len(args) > len(d.args) {
+		return fmt.Errorf("launch: %d args: %w", len(args), ErrBadArg)
+	}
+	copy(d.args[:], args)
+	r := cu.cuLaunchKernel.call(uintptr(f), uintptr(grid.X), uintptr(max(grid.Y, 1)), uintptr(max(grid.Z, 1)),
+		uintptr(block.X), uintptr(max(block.Y, 1)), uintptr(max(block.Z, 1)), uintptr(smem), d.stream,
+		uintptr(unsafe.Pointer(&d.argp[0])), 0)
+	return cuErr(r, "cuLaunchKernel")
+}
+
+// LaunchByName is Launch with a kernel looked up by name.
+func (c *Ctx) LaunchByName(name string, grid, block Dim3, smem int, args ...uint64) error {
+	f, err := c.Func(name)
+	if err != nil {
+		return err
+	}
+	if err := c.Launch(f, grid, block, smem, args...); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
+
+// Alloc allocates bytes of device memory (uninitialised).
+func (c *Ctx) Alloc(bytes int) (DevicePtr, error) {
+	if bytes <= 0 {
+		return 0, fmt.Errorf("alloc %d bytes: %w", bytes, ErrBadArg)
+	}
+	var p uintptr
+	if r := cu.cuMemAlloc.call(uintptr(unsafe.Pointer(&p)), uintptr(bytes)); r != 0 {
+		return 0, cuErr(r, fmt.Sprintf("cuMemAlloc(%d)", bytes))
+	}
+	return DevicePtr(p), nil
+}
+
+// Free releases device memory from Alloc; Free(0) is a no-op.
+func (c *Ctx) Free(p DevicePtr) error {
+	if p == 0 {
+		return nil
+	}
+	return cuErr(cu.cuMemFree.call(uintptr(p)), "cuMemFree")
+}
+
+// MemInfo returns free and total device memory in bytes.
+func (c *Ctx) MemInfo() (free, total int64) {
+	var f, t uintptr
+	cu.cuMemGetInfo.call(uintptr(unsafe.Pointer(&f)), uintptr(unsafe.Pointer(&t)))
+	return int64(f), int64(t)
+}
+
+// HostBuf is page-locked host memory (cuMemAllocHost); its bytes stay valid
+// until FreeHost.
+type HostBuf struct {
+	ptr  uintptr
+	size int
+}
+
+// Bytes views the buffer.
+func (h HostBuf) Bytes() []byte { return unsafe.Slice((*byte)(cptr(h.ptr)), h.size) }
+
+// Ptr is the host address.
+func (h HostBuf) Ptr() uintptr { return h.ptr }
+
+// AllocHost allocates page-locked host memory.
+func (c *Ctx) AllocHost(bytes int) (HostBuf, error) {
+	var p uintptr
+	if r := cu.cuMemAllocHost.call(uintptr(unsafe.Pointer(&p)), uintptr(bytes)); r != 0 {
+		return HostBuf{}, cuErr(r, "cuMemAllocHost")
+	}
+	return HostBuf{p, bytes}, nil
+}
+
+// FreeHost releases a HostBuf.
+func (c *Ctx) FreeHost(h HostBuf) error {
+	if h.ptr == 0 {
+		return nil
+	}
+	return cuErr(cu.cuMemFreeHost.call(h.ptr), "cuMemFreeHost")
+}
+
+// HtoDRaw copies n bytes from host address src (pinned or Go memory that
+// stays alive until the call returns) to dst, enqueued on the stream.
+// Pageable sources are staged by the driver before the call returns.
+func (c *Ctx) HtoDRaw(dst DevicePtr, src unsafe.Pointer, n int) error {
+	if n == 0 {
+		return nil
+	}
+	return cuErr(cu.cuMemcpyHtoDAsync.call(uintptr(dst), uintptr(src), uintptr(n), c.d.stream), "cuMemcpyHtoDAsync")
+}
+
+// DtoHRaw copies n bytes from dst to host memory; complete only after Sync
+// for pinned destinations.
+func (c *Ctx) DtoHRaw(dst unsafe.Pointer, src DevicePtr, n int) error {
+	if n == 0 {
+		return nil
+	}
+	return cuErr(cu.cuMemcpyDtoHAsync.call(uintptr(dst), uintptr(src), uintptr(n), c.d.stream), "cuMemcpyDtoHAsync")
+}
+
+// DtoD copies n bytes between device buffers on the stream.
+func (c *Ctx) DtoD(dst, src DevicePtr, n int) error {
+	if n == 0 {
+		return nil
+	}
+	return cuErr(cu.cuMemcpyDtoDAsync.call(uintptr(dst), uintptr(src), uintptr(n), c.d.stream), "cuMemcpyDtoDAsync")
+}
+
+// Memset32 fills n 32-bit words at dst with v.
+func (c *Ctx) Memset32(dst DevicePtr, v uint32, n int) error {
+	return cuErr(cu.cuMemsetD32Async.call(uintptr(dst), uintptr(v), uintptr(n), c.d.stream), "cuMemsetD32Async")
+}
+
+// Sync waits for all work on the stream.
+func (c *Ctx) Sync() error {
+	return cuErr(cu.cuStreamSynchronize.call(c.d.stream), "cuStreamSynchronize")
+}
+
+// Upload copies a host slice to dst and waits for the copy.
+func Upload[T any](c *Ctx, dst DevicePtr, src []T) error {
+	if len(src) == 0 {
+		return nil
+	}
+	var z T
+	err := c.HtoDRaw(dst, unsafe.Pointer(&src[0]), len(src)*int(unsafe.Sizeof(z)))
+	if err == nil {
+		err = c.Sync()
+	}
+	runtime.KeepAlive(src)
+	return err
+}
+
+// Download copies len(dst) elements from src into dst and waits.
+func Download[T any](c *Ctx, dst []T, src DevicePtr) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	var z T
+	err := c.DtoHRaw(unsafe.Pointer(&dst[0]), src, len(dst)*int(unsafe.Sizeof(z)))
+	if err == nil {
+		err = c.Sync()
+	}
+	runtime.KeepAlive(dst)
+	return err
+}
+
+// Graph is an instantiated CUDA graph (CUgraphExec).
+type Graph struct{ exec, graph uintptr }
+
+// BeginCapture starts recording the stream's work into a graph.
+func (c *Ctx) BeginCapture() error {
+	return cuErr(cu.cuStreamBeginCapture.call(c.d.stream, 1 /* thread-local */), "cuStreamBeginCapture")
+}
+
+// EndCapture stops recording and instantiates the graph.
+func (c *Ctx) EndCapture() (*Graph, error) {
+	var g uintptr
+	if r := cu.cuStreamEndCapture.call(c.d.stream, uintptr(unsafe.Pointer(&g))); r != 0 {
+		return nil, cuErr(r, "cuStreamEndCapture")
+	}
+	var e uintptr
+	if r := cu.cuGraphInstantiate.call(uintptr(unsafe.Pointer(&e)), g, 0); r != 0 {
+		cu.cuGraphDestroy.call(g)
+		return nil, cuErr(r, "cuGraphInstantiate")
+	}
+	return &Graph{exec: e, graph: g}, nil
+}
+
+// LaunchGraph replays g on the stream.
+func (c *Ctx) LaunchGraph(g *Graph) error {
+	return cuErr(cu.cuGraphLaunch.call(g.exec, c.d.stream), "cuGraphLaunch")
+}
+
+// DestroyGraph frees g.
+func (c *Ctx) DestroyGraph(g *Graph) {
+	if g == nil {
+		return
+	}
+	cu.cuGraphExecDestroy.call(g.exec)
+	cu.cuGraphDestroy.call(g.graph)
+}
+
+// Event is a CUDA event for timing stream work.
+type Event uintptr
+
+// NewEvent creates an event (with timing).
+func (c *Ctx) NewEvent() (Event, error) {
+	var e uintptr
+	if r := cu.cuEventCreate.call(uintptr(unsafe.Pointer(&e)), 0); r != 0 {
+		return 0, cuErr(r, "cuEventCreate")
+	}
+	return Event(e), nil
+}
+
+// Record enqueues e on the stream.
+func (c *Ctx) Record(e Event) error {
+	return cuErr(cu.cuEventRecord.call(uintptr(e), c.d.stream), "cuEventRecord")
+}
+
+// ElapsedMs waits for b and returns the milliseconds between a and b.
+func (c *Ctx) ElapsedMs(a, b Event) (float32, error) {
+	if r := cu.cuEventSynchronize.call(uintptr(b)); r != 0 {
+		return 0, cuErr(r, "cuEventSynchronize")
+	}
+	var ms float32
+	if r := cu.cuEventElapsedTime.call(uintptr(unsafe.Pointer(&ms)), uintptr(a), uintptr(b)); r != 0 {
+		return 0, cuErr(r, "cuEventElapsedTime")
+	}
+	return ms, nil
+}
+
+// DestroyEvent frees e.
+func (c *Ctx) DestroyEvent(e Event) { cu.cuEventDestroy.call(uintptr(e)) }
+
+// HasCUBLAS reports whether libcublas was found.
+func HasCUBLAS() bool { return cublas != nil }
+
+// GemmF16 computes, with cuBLAS (fp16 inputs, fp32 compute),
+// Y[m][n] = alpha * sum_k X[m][k]*W[n][k] + beta*Y[m][n] for row-major
+// W [N,K] fp16, X [M,K] fp16 and Y [M,N] fp32.
+func (c *Ctx) GemmF16(w, x, y DevicePtr, M, N, K int, alpha, beta float32) error {
+	if cublas == nil {
+		return fmt.Errorf("cublas: %w", ErrNoCUDA)
+	}
+	d := c.d
+	if d.blas == 0 {
+		if r := cublas.cublasCreate.call(uintptr(unsafe.Pointer(&d.blas))); r != 0 {
+			return fmt.Errorf("cublasCreate: status %d: %w", r, ErrCUDA)
+		}
+		if r := cublas.cublasSetStream.call(d.blas, d.stream); r != 0 {
+			return fmt.Errorf("cublasSetStream: status %d: %w", r, ErrCUDA)
+		}
+	}
+	a, b := alpha, beta
+	const opN, opT, r16F, r32F, compute32F = 0, 1, 2, 0, 68
+	gemmDefault := ^uintptr(0) // CUBLAS_GEMM_DEFAULT = -1
+	r := cublas.gemmEx.call(d.blas, opT, opN, uintptr(N), uintptr(M), uintptr(K),
+		uintptr(unsafe.Pointer(&a)), uintptr(w), r16F, uintptr(K), uintptr(x), r16F, uintptr(K),
+		uintptr(unsafe.Pointer(&b)), uintptr(y), r32F, uintptr(N), compute32F, gemmDefault)
+	if r != 0 {
+		return fmt.Errorf("cublasGemmEx(M=%d,N=%d,K=%d): status %d: %w", M, N, K, r, ErrCUDA)
+	}
+	return nil
+}
+
+// Source returns the concatenated kernel sources, in file-name order.
+func Source() string {
+	ents, _ := sources.ReadDir(".")
+	names := make([]string, 0, len(ents))
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, n := range names {
+		data, _ := sources.ReadFile(n)
+		fmt.Fprintf(&b, "// ---- %s ----\n", n)
+		b.Write(data)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// Compile compiles the embedded sources for compute capability major.minor
+// with NVRTC alone (no GPU needed) and returns the image and the target
+// ("sm_XY" cubin, or "compute_XY" PTX when NVRTC lacks the real target).
+// The disk cache is used as in Open.
+func Compile(major, minor int) (img []byte, arch string, err error) {
+	if err := loadNVRTC(); err != nil {
+		return nil, "", err
+	}
+	img, arch, _, err = compileModule(major, minor)
+	return img, arch, err
+}
+
+// cacheDir is where compiled kernels are kept.
+func cacheDir() string {
+	if d := os.Getenv(KernelCacheEnv); d != "" {
+		return d
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "specgate", "kernels")
+	}
+	return filepath.Join(os.TempDir(), "specgate-kernels")
+}
+
+// compileModule returns a cubin (or PTX) image for compute capability
+// major.minor, from the disk cache when the same source, options and NVRTC
+// version were compiled before.
+func compileModule(major, minor int) (img []byte, arch string, hit bool, err error) {
+	var vmaj, vmin int32
+	nvrtc.nvrtcVersion.call(uintptr(unsafe.Pointer(&vmaj)), uintptr(unsafe.Pointer(&vmin)))
+	src := Source()
+	type attempt struct {
+		arch  string
+		cubin bool
+	}
+	tries := []attempt{{fmt.Sprintf("sm_%d%d", major, minor), true}, {fmt.Sprintf("compute_%d%d", major, minor), false}}
+	var errs []string
+	for _, t := range tries {
+		opts := []string{"--gpu-architecture=" + t.arch, "--std=c++17", "-default-device", "--fmad=true"}
+		h := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%v\x00nvrtc%d.%d", src, opts, vmaj, vmin)))
+		path := filepath.Join(cacheDir(), t.arch+"-"+hex.EncodeToString(h[:12])+map[bool]string{true: ".cubin", false: ".ptx"}[t.cubin])
+		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+			return b, t.arch, true, nil
+		}
+		b, err := nvrtcCompile(src, opts, t.cubin)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
+			tmp := fmt.Sprintf("%s.%d.tmp", path, os.Getpid())
+			if os.WriteFile(tmp, b, 0o644) == nil {
+				_ = os.Rename(tmp, path)
+			}
+		}
+		return b, t.arch, false, nil
+	}
+	return nil, "", false, fmt.Errorf("nvrtc %d.%d (%s): %s: %w", vmaj, vmin, nvrtc.path, strings.Join(errs, "\n"), ErrCompile)
+}
+
+func nvrtcCompile(src string, opts []string, cubin bool) ([]byte, error) {
+	var prog uintptr
+	csrc, cname := cstring(src), cstring("specgate.cu")
+	if r := nvrtc.nvrtcCreateProgram.call(uintptr(unsafe.Pointer(&prog)), uintptr(unsafe.Pointer(&csrc[0])),
+		uintptr(unsafe.Pointer(&cname[0])), 0, 0, 0); r != 0 {
+		return nil, fmt.Errorf("nvrtcCreateProgram: status %d: %w", r, ErrCompile)
+	}
+	defer nvrtc.nvrtcDestroyProgram.call(uintptr(unsafe.Pointer(&prog)))
+	copts := make([][]byte, len(opts))
+	ptrs := make([]uintptr, len(opts))
+	for i, o := range opts {
+		copts[i] = cstring(o)
+		ptrs[i] = uintptr(unsafe.Pointer(&copts[i][0]))
+	}
+	r := nvrtc.nvrtcCompileProgram.call(prog, uintptr(len(opts)), uintptr(unsafe.Pointer(&ptrs[0])))
+	runtime.KeepAlive(copts)
+	runtime.KeepAlive(csrc)
+	if r != 0 {
+		var n uintptr
+		nvrtc.nvrtcGetProgramLogSize.call(prog, uintptr(unsafe.Pointer(&n)))
+		log := make([]byte, n+1)
+		nvrtc.nvrtcGetProgramLog.call(prog, uintptr(unsafe.Pointer(&log[0])))
+		return nil, fmt.Errorf("%v: status %d: %s: %w", opts, r, strings.TrimRight(string(log), "\x00"), ErrCompile)
+	}
+	getSize, get := nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN
+	if !cubin {
+		getSize, get = nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX
+	}
+	var n uintptr
+	if r := getSize.call(prog, uintptr(unsafe.Pointer(&n))); r != 0 || n == 0 {
+		return nil, fmt.Errorf("nvrtc: get image size: status %d: %w", r, ErrCompile)
+	}
+	img := make([]byte, n+1) // PTX must be NUL-terminated; cubin ignores the extra byte
+	if r := get.call(prog, uintptr(unsafe.Pointer(&img[0]))); r != 0 {
+		return nil, fmt.Errorf("nvrtc: get image: status %d: %w", r, ErrCompile)
+	}
+	return img, nil
+}

@@ -1,0 +1,62 @@
+package kernels
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+)
+
+// On a machine without a GPU driver, Open must fail with ErrNoCUDA and not
+// panic. With SPECGATE_CUDA_LIB_DIR pointing at an empty directory and no
+// libcuda on the loader path, the error must name the library.
+func TestOpenWithoutCUDA(t *testing.T) {
+	if os.Getenv("SPECGATE_EXPECT_GPU") != "" {
+		t.Skip("GPU machine")
+	}
+	if _, _, err := openLib("libcuda.so.1"); err == nil {
+		t.Skip("libcuda present here")
+	}
+	d, err := Open(0)
+	if err == nil {
+		d.Close()
+		t.Fatal("Open succeeded without libcuda")
+	}
+	if !errors.Is(err, ErrNoCUDA) {
+		t.Fatalf("Open error %v does not wrap ErrNoCUDA", err)
+	}
+	if !strings.Contains(err.Error(), "libcuda") {
+		t.Fatalf("error %q does not name libcuda", err)
+	}
+}
+
+func TestOpenLibMissing(t *testing.T) {
+	t.Setenv(LibDirEnv, t.TempDir())
+	_, _, err := openLib("libspecgate-does-not-exist.so.7")
+	if !errors.Is(err, ErrNoCUDA) || !strings.Contains(err.Error(), "libspecgate-does-not-exist.so.7") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// The embedded sources must compile for Hopper (sm_90) and Ampere (sm_80)
+// wherever NVRTC is available (no GPU needed); skipped without NVRTC.
+func TestCompileSources(t *testing.T) {
+	if err := loadNVRTC(); err != nil {
+		t.Skipf("no NVRTC: %v", err)
+	}
+	t.Setenv(KernelCacheEnv, t.TempDir())
+	for _, cc := range [][2]int{{9, 0}, {8, 0}} {
+		img, arch, err := Compile(cc[0], cc[1])
+		if err != nil {
+			t.Fatalf("compile for %d.%d: %v", cc[0], cc[1], err)
+		}
+		if len(img) < 1000 {
+			t.Fatalf("%s: image of %d bytes", arch, len(img))
+		}
+		// Second call: served from the disk cache, identical bytes.
+		img2, _, _, err := compileModule(cc[0], cc[1])
+		if err != nil || string(img2) != string(img) {
+			t.Fatalf("cached image differs (err %v)", err)
+		}
+	}
+}

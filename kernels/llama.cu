@@ -1,0 +1,520 @@
+// Llama forward kernels. Compiled at run time by NVRTC (no CUDA headers):
+// fp16 is handled as raw 16-bit words converted with PTX cvt instructions.
+// Conventions: activations fp32 row-major [T][dim]; weights fp16 row-major
+// [out][in]; the KV cache is fp32, per layer [slot][kvDim].
+
+typedef unsigned short f16;
+typedef unsigned int u32;
+
+#define NEG_INF __int_as_float(0xff800000)
+
+__device__ __forceinline__ float h2f(f16 h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+__device__ __forceinline__ f16 f2h(float f) {
+  f16 h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+__device__ __forceinline__ float2 h2x2(u32 v) {
+  float2 r;
+  asm("{.reg .f16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.f32.f16 %0, lo;\n\tcvt.f32.f16 %1, hi;}"
+      : "=f"(r.x), "=f"(r.y) : "r"(v));
+  return r;
+}
+__device__ __forceinline__ uint4 ldg_stream(const uint4* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  return r;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// block_sum / block_max: every thread gets the result. red must hold 32 floats.
+__device__ float block_sum(float v, float* red) {
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) red[w] = v;
+  __syncthreads();
+  float r = lane < nw ? red[lane] : 0.f;
+  return warp_sum(r);
+}
+__device__ float block_max(float v, float* red) {
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) red[w] = v;
+  __syncthreads();
+  float r = lane < nw ? red[lane] : NEG_INF;
+  return warp_max(r);
+}
+
+// embed: x[t][:] = table[tokens[t]][:] (fp16 -> fp32). grid T, block 256.
+extern "C" __global__ void embed_f16(const f16* __restrict__ table, const int* __restrict__ tokens,
+                                     float* __restrict__ x, int H) {
+  const f16* row = table + (size_t)tokens[blockIdx.x] * H;
+  float* out = x + (size_t)blockIdx.x * H;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) out[i] = h2f(row[i]);
+}
+
+// ---------------------------------------------------------------------------
+// GEMV for M <= 8 tokens: y[m][n] = sum_k W[n][k] * xin[m][k], fp16 W, fp32
+// x and accumulation. One warp per output unit; lanes read 16-byte chunks of
+// the row (coalesced), 4 chunks in flight. The inputs live in shared memory
+// (M*K floats, dynamic). The per-row sum order does not depend on M, so a
+// token's result is the same whichever batch it is in.
+//   NORM: xin = rmsnorm(x[xrow[m]]) * nw  (xrow may be null: row m)
+//   MODE 0: y[m][n] = dot; 1: y[m][n] += dot (residual);
+//   MODE 2: W rows interleaved (gate_j, up_j) = rows (2j, 2j+1):
+//           y[m][j] = silu(gate) * up, N counts W rows.
+// grid = ceil(units / upb), block 256, units = N (MODE 0/1) or N/2 (MODE 2).
+template <int M, int NORM, int MODE>
+__device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, const int* __restrict__ xrow,
+                     const f16* __restrict__ nw, float eps, float* __restrict__ Y, int N, int K, int upb) {
+  extern __shared__ float4 smem4[];
+  float* xs = (float*)smem4;
+  __shared__ float red[32];
+  __shared__ float scale[M];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
+#pragma unroll
+  for (int m = 0; m < M; m++) {
+    const float* src = X + (size_t)(xrow ? xrow[m] : m) * K;
+    float ss = 0.f;
+    for (int k = tid * 4; k < K; k += blockDim.x * 4) {
+      float4 v = *(const float4*)(src + k);
+      *(float4*)(xs + m * K + k) = v;
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    if (NORM) {
+      ss = block_sum(ss, red);
+      if (tid == 0) scale[m] = rsqrtf(ss / (float)K + eps);
+    }
+  }
+  __syncthreads();
+  if (NORM) {
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+      float s = scale[m];
+      for (int k = tid; k < K; k += blockDim.x) xs[m * K + k] = xs[m * K + k] * s * h2f(nw[k]);
+    }
+    __syncthreads();
+  }
+  constexpr int R = MODE == 2 ? 2 : 1;
+  const int units = MODE == 2 ? N / 2 : N;
+  const int u0 = blockIdx.x * upb, u1 = min(units, u0 + upb);
+  const int nvec = K >> 3;
+  for (int u = u0 + warp; u < u1; u += nwarps) {
+    float acc[R][M];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int m = 0; m < M; m++) acc[r][m] = 0.f;
+    const uint4* wr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) wr[r] = (const uint4*)(W + (size_t)(u * R + r) * K);
+    int v = lane;
+    for (; v + 96 < nvec; v += 128) {
+      uint4 q[R][4];
+#pragma unroll
+      for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) q[r][i] = ldg_stream(wr[r] + v + 32 * i);
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const int k = (v + 32 * i) * 8;
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+          float4 a = *(const float4*)(xs + m * K + k), b = *(const float4*)(xs + m * K + k + 4);
+#pragma unroll
+          for (int r = 0; r < R; r++) {
+            float2 w0 = h2x2(q[r][i].x), w1 = h2x2(q[r][i].y), w2 = h2x2(q[r][i].z), w3 = h2x2(q[r][i].w);
+            float s = acc[r][m];
+            s = fmaf(w0.x, a.x, s); s = fmaf(w0.y, a.y, s); s = fmaf(w1.x, a.z, s); s = fmaf(w1.y, a.w, s);
+            s = fmaf(w2.x, b.x, s); s = fmaf(w2.y, b.y, s); s = fmaf(w3.x, b.z, s); s = fmaf(w3.y, b.w, s);
+            acc[r][m] = s;
+          }
+        }
+      }
+    }
+    for (; v < nvec; v += 32) {
+      uint4 q[R];
+#pragma unroll
+      for (int r = 0; r < R; r++) q[r] = ldg_stream(wr[r] + v);
+      const int k = v * 8;
+#pragma unroll
+      for (int m = 0; m < M; m++) {
+        float4 a = *(const float4*)(xs + m * K + k), b = *(const float4*)(xs + m * K + k + 4);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          float2 w0 = h2x2(q[r].x), w1 = h2x2(q[r].y), w2 = h2x2(q[r].z), w3 = h2x2(q[r].w);
+          float s = acc[r][m];
+          s = fmaf(w0.x, a.x, s); s = fmaf(w0.y, a.y, s); s = fmaf(w1.x, a.z, s); s = fmaf(w1.y, a.w, s);
+          s = fmaf(w2.x, b.x, s); s = fmaf(w2.y, b.y, s); s = fmaf(w3.x, b.z, s); s = fmaf(w3.y, b.w, s);
+          acc[r][m] = s;
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+      for (int m = 0; m < M; m++) acc[r][m] = warp_sum(acc[r][m]);
+    if (lane == 0) {
+#pragma unroll
+      for (int m = 0; m < M; m++) {
+        if (MODE == 0) Y[(size_t)m * N + u] = acc[0][m];
+        if (MODE == 1) Y[(size_t)m * N + u] += acc[0][m];
+        if (MODE == 2) {
+          float g = acc[0][m];
+          Y[(size_t)m * units + u] = g / (1.f + expf(-g)) * acc[R - 1][m];
+        }
+      }
+    }
+  }
+}
+
+#define GEMV_INST(M)                                                                                        \
+  extern "C" __global__ void __launch_bounds__(256) gemv_norm_m##M(                                          \
+      const f16* W, const float* X, const int* xrow, const f16* nw, float eps, float* Y, int N, int K, int upb) { \
+    gemv<M, 1, 0>(W, X, xrow, nw, eps, Y, N, K, upb);                                                       \
+  }                                                                                                         \
+  extern "C" __global__ void __launch_bounds__(256) gemv_resid_m##M(                                         \
+      const f16* W, const float* X, const int* xrow, const f16* nw, float eps, float* Y, int N, int K, int upb) { \
+    gemv<M, 0, 1>(W, X, xrow, nw, eps, Y, N, K, upb);                                                       \
+  }                                                                                                         \
+  extern "C" __global__ void __launch_bounds__(256) gemv_plain_m##M(                                         \
+      const f16* W, const float* X, const int* xrow, const f16* nw, float eps, float* Y, int N, int K, int upb) { \
+    gemv<M, 0, 0>(W, X, xrow, nw, eps, Y, N, K, upb);                                                       \
+  }                                                                                                         \
+  extern "C" __global__ void __launch_bounds__(256) gemv_swiglu_m##M(                                        \
+      const f16* W, const float* X, const int* xrow, const f16* nw, float eps, float* Y, int N, int K, int upb) { \
+    gemv<M, 1, 2>(W, X, xrow, nw, eps, Y, N, K, upb);                                                       \
+  }
+GEMV_INST(1)
+GEMV_INST(2)
+GEMV_INST(3)
+GEMV_INST(4)
+GEMV_INST(5)
+GEMV_INST(6)
+GEMV_INST(7)
+GEMV_INST(8)
+
+// ---------------------------------------------------------------------------
+// Large-batch helpers (cuBLAS path).
+
+// rmsnorm_f16: out[t][k] = f16(x[xrow?xrow[t]:t][k] * rsqrt(mean(x^2)+eps) * nw[k]). grid T, block 256.
+extern "C" __global__ void rmsnorm_f16(const float* __restrict__ x, const int* __restrict__ xrow,
+                                       const f16* __restrict__ nw, float eps, f16* __restrict__ out, int K) {
+  __shared__ float red[32];
+  const float* src = x + (size_t)(xrow ? xrow[blockIdx.x] : blockIdx.x) * K;
+  float ss = 0.f;
+  for (int k = threadIdx.x; k < K; k += blockDim.x) ss += src[k] * src[k];
+  float s = rsqrtf(block_sum(ss, red) / (float)K + eps);
+  f16* o = out + (size_t)blockIdx.x * K;
+  for (int k = threadIdx.x; k < K; k += blockDim.x) o[k] = f2h(src[k] * s * h2f(nw[k]));
+}
+
+// cast_f16: out[i] = f16(in[i]), i in [0, n).
+extern "C" __global__ void cast_f16(const float* __restrict__ in, f16* __restrict__ out, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = f2h(in[i]);
+}
+
+// swiglu_f16: gu [T][2I] interleaved (gate_j, up_j) -> out [T][I] fp16.
+extern "C" __global__ void swiglu_f16(const float* __restrict__ gu, f16* __restrict__ out, int I, int T) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < T * I; i += gridDim.x * blockDim.x) {
+    int t = i / I, j = i - t * I;
+    float g = gu[(size_t)t * 2 * I + 2 * j], u = gu[(size_t)t * 2 * I + 2 * j + 1];
+    out[i] = f2h(g / (1.f + expf(-g)) * u);
+  }
+}
+
+// fill_random_f16: w[i] = f16(scale * uniform(-1, 1)) from a hash of (seed, i).
+extern "C" __global__ void fill_random_f16(f16* w, long long n, unsigned long long seed, float scale) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    unsigned long long z = seed + (unsigned long long)i * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    float u = (float)(z >> 40) * (1.0f / 16777216.0f);
+    w[i] = f2h(scale * (2.f * u - 1.f));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// rope_append: for token t (grid T, block 128), rotate q and k in place in
+// qkv [T][qDim + 2*kvDim] with HF's rotate_half convention (pairs i and
+// i + hd/2, angle pos*inv_freq[i]), then store k and v at slots[t] of this
+// layer's caches kc, vc [slot][kvDim].
+extern "C" __global__ void rope_append(float* __restrict__ qkv, const int* __restrict__ pos,
+                                       const int* __restrict__ slots, const float* __restrict__ inv_freq,
+                                       float* __restrict__ kc, float* __restrict__ vc, int nh, int nkv, int hd) {
+  const int t = blockIdx.x, half = hd / 2, qdim = nh * hd, kvdim = nkv * hd;
+  float* row = qkv + (size_t)t * (qdim + 2 * kvdim);
+  const float p = (float)pos[t];
+  const size_t slot = (size_t)slots[t];
+  for (int i = threadIdx.x; i < (nh + nkv) * half; i += blockDim.x) {
+    int h = i / half, j = i - h * half;
+    float s, c;
+    sincosf(p * inv_freq[j], &s, &c);
+    float* base = row + h * hd;  // q heads then k heads are contiguous
+    float x1 = base[j], x2 = base[j + half];
+    float o1 = x1 * c - x2 * s, o2 = x2 * c + x1 * s;
+    base[j] = o1;
+    base[j + half] = o2;
+    if (h >= nh) {
+      float* kd = kc + slot * kvdim + (h - nh) * hd;
+      kd[j] = o1;
+      kd[j + half] = o2;
+    }
+  }
+  for (int i = threadIdx.x; i < kvdim; i += blockDim.x) vc[slot * kvdim + i] = row[qdim + kvdim + i];
+}
+
+// ---------------------------------------------------------------------------
+// attention over the paged cache, chain or tree. grid (T, nh), block
+// max(128, HD). Query token t attends to keys j in [0, kvlen[t]) whose slot
+// is slot_list[kvoff[t] + j]. Keys j >= cached[t] are new tokens of the same
+// request (index i = j - cached[t]); when maskoff[t] >= 0 key i is visible
+// only if bit i of mask[maskoff[t] ...] is set (tree ancestors + self);
+// otherwise all kvlen[t] keys are visible (causal chain: kvlen = cached+i+1).
+// out [T][nh*HD]. Scores are processed in chunks of 1024 keys with an online
+// softmax; fp32 throughout.
+template <int HD>
+__device__ void attention(const float* __restrict__ qkv, float* __restrict__ out, const float* __restrict__ kc,
+                          const float* __restrict__ vc, const int* __restrict__ slot_list,
+                          const int* __restrict__ kvoff, const int* __restrict__ kvlen, const int* __restrict__ cached,
+                          const int* __restrict__ maskoff, const u32* __restrict__ mask, int nh, int nkv,
+                          float scale) {
+  constexpr int CH = 1024;
+  __shared__ float qs[HD];
+  __shared__ float sc[CH];
+  __shared__ float red[32];
+  __shared__ float accs[256 > HD ? 256 : HD];
+  __shared__ float ls[32];
+  const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
+  const int kvdim = nkv * HD, qkvdim = nh * HD + 2 * kvdim;
+  const int kvh = h / (nh / nkv);
+  for (int d = tid; d < HD; d += nt) qs[d] = qkv[(size_t)t * qkvdim + h * HD + d] * scale;
+  const int off = kvoff[t], len = kvlen[t], nc = cached[t], mo = maskoff[t];
+  const int G = nt / HD, g = tid / HD, d = tid - g * HD;  // value phase: group g, dim d
+  float mrun = NEG_INF, l = 0.f, acc = 0.f;
+  __syncthreads();
+  for (int c0 = 0; c0 < len; c0 += CH) {
+    const int c1 = min(len, c0 + CH);
+    float mloc = NEG_INF;
+    for (int j = c0 + tid; j < c1; j += nt) {
+      bool vis = true;
+      if (mo >= 0 && j >= nc) {
+        int i = j - nc;
+        vis = (mask[mo + (i >> 5)] >> (i & 31)) & 1u;
+      }
+      float s = NEG_INF;
+      if (vis) {
+        const float4* kr = (const float4*)(kc + (size_t)slot_list[off + j] * kvdim + kvh * HD);
+        s = 0.f;
+#pragma unroll
+        for (int e = 0; e < HD / 4; e++) {
+          float4 k4 = kr[e];
+          s += qs[4 * e] * k4.x + qs[4 * e + 1] * k4.y + qs[4 * e + 2] * k4.z + qs[4 * e + 3] * k4.w;
+        }
+      }
+      sc[j - c0] = s;
+      mloc = fmaxf(mloc, s);
+    }
+    const float mc = block_max(mloc, red);  // includes a barrier after sc writes
+    const float mnew = fmaxf(mrun, mc);
+    if (mnew != NEG_INF) {
+      const float corr = mrun == NEG_INF ? 0.f : expf(mrun - mnew);
+      acc *= corr;
+      l *= corr;
+      if (g < G) {
+        for (int j = c0 + g; j < c1; j += G) {
+          float s = sc[j - c0];
+          if (s == NEG_INF) continue;
+          float p = expf(s - mnew);
+          l += p;
+          acc = fmaf(p, vc[(size_t)slot_list[off + j] * kvdim + kvh * HD + d], acc);
+        }
+      }
+      mrun = mnew;
+    }
+    __syncthreads();
+  }
+  if (g < G) accs[tid] = acc;
+  if (g < G && d == 0) ls[g] = l;
+  __syncthreads();
+  if (tid < HD) {
+    float a = 0.f, ll = 0.f;
+    for (int k = 0; k < G; k++) {
+      a += accs[k * HD + tid];
+      ll += ls[k];
+    }
+    out[(size_t)t * nh * HD + h * HD + tid] = ll > 0.f ? a / ll : 0.f;
+  }
+}
+
+#define ATTN_INST(HD)                                                                                     \
+  extern "C" __global__ void attention_hd##HD(const float* qkv, float* out, const float* kc, const float* vc, \
+                                              const int* slot_list, const int* kvoff, const int* kvlen,      \
+                                              const int* cached, const int* maskoff, const u32* mask, int nh, \
+                                              int nkv, float scale) {                                        \
+    attention<HD>(qkv, out, kc, vc, slot_list, kvoff, kvlen, cached, maskoff, mask, nh, nkv, scale);         \
+  }
+ATTN_INST(32)
+ATTN_INST(64)
+ATTN_INST(128)
+ATTN_INST(256)
+
+// ---------------------------------------------------------------------------
+// KV compaction: gather then scatter, so overlapping src/dst sets are safe.
+// kv_gather: tmp[l][i][:] = cache[l][src[i]][:]  grid (n, L), block 256.
+extern "C" __global__ void kv_gather(const float* __restrict__ cache, float* __restrict__ tmp,
+                                     const int* __restrict__ src, int n, int kvdim, long long layerStride) {
+  const int i = blockIdx.x, l = blockIdx.y;
+  const float* s = cache + l * layerStride + (size_t)src[i] * kvdim;
+  float* d = tmp + ((size_t)l * n + i) * kvdim;
+  for (int k = threadIdx.x; k < kvdim; k += blockDim.x) d[k] = s[k];
+}
+// kv_scatter: cache[l][dst[i]][:] = tmp[l][i][:].
+extern "C" __global__ void kv_scatter(float* __restrict__ cache, const float* __restrict__ tmp,
+                                      const int* __restrict__ dst, int n, int kvdim, long long layerStride) {
+  const int i = blockIdx.x, l = blockIdx.y;
+  float* d = cache + l * layerStride + (size_t)dst[i] * kvdim;
+  const float* s = tmp + ((size_t)l * n + i) * kvdim;
+  for (int k = threadIdx.x; k < kvdim; k += blockDim.x) d[k] = s[k];
+}
+
+// ---------------------------------------------------------------------------
+// Sampling on device. One block (1024 threads) per row of logits [R][V].
+
+// argmax_rows: out[r] = argmax logits[r][:], ties to the lowest index.
+extern "C" __global__ void argmax_rows(const float* __restrict__ logits, int* __restrict__ out, int V) {
+  __shared__ float bv[32];
+  __shared__ int bi[32];
+  const float* row = logits + (size_t)blockIdx.x * V;
+  float best = NEG_INF;
+  int idx = 0x7fffffff;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+    float v = row[i];
+    if (v > best) { best = v; idx = i; }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    float ov = __shfl_xor_sync(0xffffffffu, best, o);
+    int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+    if (ov > best || (ov == best && oi < idx)) { best = ov; idx = oi; }
+  }
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  if (lane == 0) { bv[w] = best; bi[w] = idx; }
+  __syncthreads();
+  if (w == 0) {
+    best = lane < nw ? bv[lane] : NEG_INF;
+    idx = lane < nw ? bi[lane] : 0x7fffffff;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      float ov = __shfl_xor_sync(0xffffffffu, best, o);
+      int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+      if (ov > best || (ov == best && oi < idx)) { best = ov; idx = oi; }
+    }
+    if (lane == 0) out[blockIdx.x] = idx == 0x7fffffff ? 0 : idx;
+  }
+}
+
+// sample_rows: temperature / top-k / top-p sampling. For row r with
+// uniform u[r] in [0,1): p_i = exp((l_i - max)/temp); the kept set is
+// {i : p_i >= tau} where tau is the largest threshold (found by bisection,
+// 40 steps) whose set has at least topk members (topk <= 0: no limit) and
+// at least topp of the total mass (topp >= 1: no limit); the token is the
+// first index whose running kept mass (in index order) exceeds u * kept mass.
+// temp <= 0 means argmax. out[r] gets the token.
+extern "C" __global__ void sample_rows(const float* __restrict__ logits, const float* __restrict__ u,
+                                       int* __restrict__ out, int V, float temp, int topk, float topp) {
+  __shared__ float red[32];
+  __shared__ float wsum[32];
+  const float* row = logits + (size_t)blockIdx.x * V;
+  const int tid = threadIdx.x, nt = blockDim.x;
+  float mx = NEG_INF;
+  for (int i = tid; i < V; i += nt) mx = fmaxf(mx, row[i]);
+  mx = block_max(mx, red);
+  if (temp <= 0.f) {
+    int idx = 0x7fffffff;
+    for (int i = tid; i < V; i += nt)
+      if (row[i] == mx && i < idx) idx = i;
+    float fi = block_max(-(float)idx, red);  // min index via max of negation (exact below 2^24)
+    if (tid == 0) out[blockIdx.x] = (int)(-fi);
+    return;
+  }
+  const float inv = 1.f / temp;
+  float tot = 0.f;
+  for (int i = tid; i < V; i += nt) tot += expf((row[i] - mx) * inv);
+  tot = block_sum(tot, red);
+  float lo = 0.f, hi = 1.f;  // tau in (0, 1]: p_max = 1 always kept
+  const bool limk = topk > 0 && topk < V, limp = topp > 0.f && topp < 1.f;
+  if (limk || limp) {
+    for (int it = 0; it < 40; it++) {
+      float mid = 0.5f * (lo + hi);
+      float cnt = 0.f, mass = 0.f;
+      for (int i = tid; i < V; i += nt) {
+        float p = expf((row[i] - mx) * inv);
+        if (p >= mid) { cnt += 1.f; mass += p; }
+      }
+      cnt = block_sum(cnt, red);
+      mass = block_sum(mass, red);
+      bool ok = (!limk || cnt >= (float)topk) && (!limp || mass >= topp * tot);
+      if (ok) lo = mid; else hi = mid;
+    }
+  }
+  const float tau = lo;  // largest tau known to satisfy both limits (0 = keep all)
+  float kept = 0.f;
+  for (int i = tid; i < V; i += nt) {
+    float p = expf((row[i] - mx) * inv);
+    if (p >= tau) kept += p;
+  }
+  kept = block_sum(kept, red);
+  const float target = u[blockIdx.x] * kept;
+  // Scan in index order, chunk by chunk of nt elements.
+  float run = 0.f;
+  int chosen = -1, last = 0;
+  const int lane = tid & 31, w = tid >> 5, nw = nt >> 5;
+  for (int c0 = 0; c0 < V; c0 += nt) {
+    int i = c0 + tid;
+    float p = 0.f;
+    if (i < V) {
+      p = expf((row[i] - mx) * inv);
+      if (p < tau) p = 0.f;
+    }
+    // inclusive warp scan
+    float x = p;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      float y = __shfl_up_sync(0xffffffffu, x, o);
+      if (lane >= o) x += y;
+    }
+    __syncthreads();
+    if (lane == 31) wsum[w] = x;
+    __syncthreads();
+    float before = run;
+    for (int k = 0; k < w; k++) before += wsum[k];
+    float incl = before + x;
+    float total = run;
+    for (int k = 0; k < nw; k++) total += wsum[k];
+    // first index with inclusive mass > target
+    float cand = (p > 0.f && incl > target) ? (float)i : 1e30f;
+    if (p > 0.f && i < V) last = max(last, i);
+    float first = -block_max(-cand, red);
+    run = total;
+    if (first < 1e29f) { chosen = (int)first; break; }
+  }
+  float fl = block_max((float)last, red);
+  if (tid == 0) out[blockIdx.x] = chosen >= 0 ? chosen : (int)fl;
+}
