@@ -34,9 +34,9 @@ import (
 	"unicode/utf8"
 )
 
-// MaxHeaderSize bounds the JSON header length in bytes (the reference Rust
-// implementation uses 100 MB; we allow 100 MiB).
-const MaxHeaderSize = 100 << 20
+// MaxHeaderSize bounds the JSON header length in bytes (the same limit,
+// 100 MB, as the reference Rust implementation).
+const MaxHeaderSize = 100_000_000
 
 // maxJSONDepth bounds nesting in headers and index files. A valid header
 // nests 3 deep (object → tensor object → shape array).

@@ -166,6 +166,9 @@ func readBounded(path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > limit {
+		return nil, &FormatError{Path: path, Field: "size", Msg: fmt.Sprintf("%d bytes, larger than the limit of %d bytes", st.Size(), limit), Err: ErrMalformed}
+	}
 	data, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %s: %w", path, err)
