@@ -399,6 +399,9 @@ func parseHeader(path string, header []byte, dataLen int64) (map[string]TensorIn
 			meta = m
 			continue
 		}
+		if name == "" {
+			return nil, nil, bad("", "name", "tensor name is empty")
+		}
 		t, err := parseTensor(path, name, raw, dataLen)
 		if err != nil {
 			return nil, nil, err

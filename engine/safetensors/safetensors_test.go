@@ -278,6 +278,7 @@ func TestMalformed(t *testing.T) {
 		{"duplicate tensor", image(`{"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}`, []byte{1}), "t", "", "duplicate key"},
 		{"duplicate field", image(t4(`"dtype":"U8","dtype":"U8","shape":[1],"data_offsets":[0,1]`), []byte{1}), "t", `"dtype"`, "duplicate key"},
 		{"duplicate metadata key", image(`{"__metadata__":{"k":"a","k":"b"}}`, nil), "__metadata__", `"k"`, "duplicate key"},
+		{"empty tensor name", image(`{"":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}`, []byte{1}), "", "name", "empty"},
 		{"tensor not object", image(`{"t":[1]}`, nil), "t", "", "must be an object"},
 		{"tensor null", image(`{"t":null}`, nil), "t", "", "must be an object"},
 		{"unknown field", image(t4(`"dtype":"U8","shape":[1],"offsets":[0,1]`), []byte{1}), "t", `"offsets"`, "unknown field"},
