@@ -7,8 +7,10 @@ import "math/bits"
 // absorbs the first access of each key, and aging that halves every counter
 // (and clears the doorkeeper) after 10×width recorded accesses.
 //
-// estimate(h) is the number of recorded accesses of the key hashed to h since
-// the last aging, at most 16, over-estimated only by hash collisions.
+// estimate(h) is the sketch count plus one if the doorkeeper holds h: the
+// number of recorded accesses of the key hashed to h, at most 16, halved
+// (rounding down, doorkeeper bit dropped) by each aging, over-estimated only
+// by hash collisions.
 type sketch struct {
 	rows     [4][]uint64 // width counters per row, 16 per word
 	mask     uint64      // width-1
@@ -85,16 +87,16 @@ func (s *sketch) increment(h uint64) {
 
 // estimate returns the recorded access count of h (doorkeeper included).
 func (s *sketch) estimate(h uint64) int {
-	if !s.inDoor(h) {
-		return 0
-	}
 	h2 := mix64(h) | 1
 	m := uint64(15)
 	for i := range s.rows {
 		w, sh := s.counter(i, h, h2)
 		m = min(m, (s.rows[i][w]>>sh)&15)
 	}
-	return int(m) + 1
+	if s.inDoor(h) {
+		m++
+	}
+	return int(m)
 }
 
 // age halves all counters and clears the doorkeeper.
