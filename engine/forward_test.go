@@ -361,7 +361,7 @@ func TestBatchedEqualsSeparate(t *testing.T) {
 			t.Fatalf("%s: len %d want %d", name, len(got), len(want))
 		}
 		for i := range got {
-			if math.Abs(float64(got[i]-want[i])) > 1e-4 {
+			if got[i] != want[i] { // batch invariance: bitwise equal
 				t.Fatalf("%s[%d]: %g vs %g", name, i, got[i], want[i])
 			}
 		}

@@ -42,7 +42,12 @@ const tokenTile = 64
 // o in [0, outDim): x is [T][in], w is [outDim][in] (nn.Linear layout), out
 // is [T][outDim], all row-major. Work is split over output rows across
 // threads; tokens are processed in tiles so that prefill is a GEMM that
-// reuses each weight row for 4 tokens at a time.
+// reuses each weight row for 2 tokens at a time while the tile stays in cache.
+//
+// Batch invariance: every output element is computed with the same sequence
+// of float32 operations (dot's 4-lane order) whatever T, the tile and the
+// thread split are, so a token's logits do not depend on what it is batched
+// with (speculative verification relies on this for exact greedy equality).
 func matmulT(threads int, out, x, w []float32, T, in, outDim int) {
 	_ = out[T*outDim-1]
 	_ = x[T*in-1]
@@ -55,17 +60,13 @@ func matmulT(threads int, out, x, w []float32, T, in, outDim int) {
 		for t0 := 0; t0 < T; t0 += tokenTile {
 			t1 := min(t0+tokenTile, T)
 			t := t0
-			for ; t+4 <= t1; t += 4 {
+			for ; t+2 <= t1; t += 2 {
 				x0 := x[t*in : t*in+in]
 				x1 := x[(t+1)*in : (t+1)*in+in]
-				x2 := x[(t+2)*in : (t+2)*in+in]
-				x3 := x[(t+3)*in : (t+3)*in+in]
 				for o := olo; o < ohi; o++ {
-					s0, s1, s2, s3 := dot4(w[o*in:o*in+in], x0, x1, x2, x3)
+					s0, s1 := dot2(w[o*in:o*in+in], x0, x1)
 					out[t*outDim+o] = s0
 					out[(t+1)*outDim+o] = s1
-					out[(t+2)*outDim+o] = s2
-					out[(t+3)*outDim+o] = s3
 				}
 			}
 			for ; t < t1; t++ {
@@ -78,52 +79,50 @@ func matmulT(threads int, out, x, w []float32, T, in, outDim int) {
 	})
 }
 
-// dot is a float32 dot product with 8 independent accumulators.
+// dot is a float32 dot product with 4 lane accumulators (lane j sums the
+// products at k = j mod 4, in increasing k; the tail goes to lane 0), summed
+// as (l0+l1)+(l2+l3).
 func dot(a, b []float32) float32 {
 	b = b[:len(a)]
-	var s0, s1, s2, s3, s4, s5, s6, s7 float32
+	var s0, s1, s2, s3 float32
 	k := 0
-	for ; k+8 <= len(a); k += 8 {
-		aa := a[k : k+8 : k+8]
-		bb := b[k : k+8 : k+8]
+	for ; k+4 <= len(a); k += 4 {
+		aa := a[k : k+4 : k+4]
+		bb := b[k : k+4 : k+4]
 		s0 += aa[0] * bb[0]
 		s1 += aa[1] * bb[1]
 		s2 += aa[2] * bb[2]
 		s3 += aa[3] * bb[3]
-		s4 += aa[4] * bb[4]
-		s5 += aa[5] * bb[5]
-		s6 += aa[6] * bb[6]
-		s7 += aa[7] * bb[7]
 	}
 	for ; k < len(a); k++ {
 		s0 += a[k] * b[k]
 	}
-	return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+	return (s0 + s1) + (s2 + s3)
 }
 
-// dot4 computes the dot products of w with four vectors, reading w once,
-// with two accumulators per vector.
-func dot4(w, x0, x1, x2, x3 []float32) (float32, float32, float32, float32) {
+// dot2 computes dot(w, x0) and dot(w, x1) with exactly dot's order of
+// operations, reading w once.
+func dot2(w, x0, x1 []float32) (float32, float32) {
 	n := len(w)
-	x0, x1, x2, x3 = x0[:n], x1[:n], x2[:n], x3[:n]
+	x0, x1 = x0[:n], x1[:n]
 	var a0, a1, a2, a3, b0, b1, b2, b3 float32
 	k := 0
-	for ; k+2 <= n; k += 2 {
-		w0, w1 := w[k], w[k+1]
-		a0 += w0 * x0[k]
-		a1 += w0 * x1[k]
-		a2 += w0 * x2[k]
-		a3 += w0 * x3[k]
-		b0 += w1 * x0[k+1]
-		b1 += w1 * x1[k+1]
-		b2 += w1 * x2[k+1]
-		b3 += w1 * x3[k+1]
+	for ; k+4 <= n; k += 4 {
+		ww := w[k : k+4 : k+4]
+		p := x0[k : k+4 : k+4]
+		q := x1[k : k+4 : k+4]
+		a0 += ww[0] * p[0]
+		b0 += ww[0] * q[0]
+		a1 += ww[1] * p[1]
+		b1 += ww[1] * q[1]
+		a2 += ww[2] * p[2]
+		b2 += ww[2] * q[2]
+		a3 += ww[3] * p[3]
+		b3 += ww[3] * q[3]
 	}
 	for ; k < n; k++ {
 		a0 += w[k] * x0[k]
-		a1 += w[k] * x1[k]
-		a2 += w[k] * x2[k]
-		a3 += w[k] * x3[k]
+		b0 += w[k] * x1[k]
 	}
-	return a0 + b0, a1 + b1, a2 + b2, a3 + b3
+	return (a0 + a1) + (a2 + a3), (b0 + b1) + (b2 + b3)
 }

@@ -1,0 +1,217 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+)
+
+func genConfig() Config {
+	c := testConfigs()["gqa"]
+	c.EOS = nil
+	c.MaxPositions = 512
+	return c
+}
+
+// manualGreedy decodes n tokens greedily through a Sequence.
+func manualGreedy(t *testing.T, m *Model, prompt []int32, n int) []int32 {
+	t.Helper()
+	s := m.NewSequence()
+	defer s.Free()
+	lg, err := s.Forward(prompt, nil, []int32{int32(len(prompt) - 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int32
+	for range n {
+		tok := Argmax(lg)
+		out = append(out, tok)
+		if lg, err = s.Forward([]int32{tok}, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func collect(e *Engine, ctx context.Context, req GenerateRequest) ([]int32, Result, error) {
+	var toks []int32
+	res, err := e.Generate(ctx, req, func(c Chunk) error {
+		toks = append(toks, c.Tokens...)
+		return nil
+	})
+	return toks, res, err
+}
+
+func TestGenerateGreedyAndLimits(t *testing.T) {
+	m := NewRandomModel(genConfig(), 21, LoadOptions{KVTokens: 2048, BlockSize: 4, Threads: 2})
+	e := New(m, Options{PrefillChunk: 5})
+	defer e.Close()
+	prompt := []int32{1, 5, 7, 9, 11, 13, 17, 19, 23, 29, 31}
+	want := manualGreedy(t, m, prompt, 20)
+	got, res, err := collect(e, context.Background(), GenerateRequest{Prompt: prompt, MaxTokens: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("Generate %v\nmanual   %v", got, want)
+	}
+	if res.Finish != FinishLength || res.CompletionTokens != 20 || res.PromptTokens != len(prompt) {
+		t.Fatalf("result %+v", res)
+	}
+	// a stop token ends generation before it is emitted.
+	stop := want[7]
+	first := 0
+	for first < len(want) && want[first] != stop {
+		first++
+	}
+	got, res, err = collect(e, context.Background(), GenerateRequest{Prompt: prompt, MaxTokens: 20, StopTokenIDs: []int32{stop}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want[:first]) || res.Finish != FinishStop || res.CompletionTokens != first+1 {
+		t.Fatalf("stop token %d: got %v (%+v), want %v", stop, got, res, want[:first])
+	}
+	// context length
+	long := make([]int32, m.Config.MaxPositions)
+	if _, _, err := collect(e, context.Background(), GenerateRequest{Prompt: long}); !errors.Is(err, ErrContextLength) {
+		t.Fatalf("err %v, want ErrContextLength", err)
+	}
+	// generation up to the context length ends with "length".
+	near := make([]int32, m.Config.MaxPositions-3)
+	got, res, err = collect(e, context.Background(), GenerateRequest{Prompt: near})
+	if err != nil || len(got) != 3 || res.Finish != FinishLength {
+		t.Fatalf("near context: %d tokens, %+v, %v", len(got), res, err)
+	}
+	if _, _, err := collect(e, context.Background(), GenerateRequest{Prompt: prompt, Sampling: SamplingParams{TopP: 2}}); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("top_p 2: err %v", err)
+	}
+}
+
+func TestGenerateCancelFreesKV(t *testing.T) {
+	m := NewRandomModel(genConfig(), 22, LoadOptions{KVTokens: 2048, BlockSize: 4, Threads: 2, DisablePrefixCache: true})
+	e := New(m, Options{})
+	defer e.Close()
+	base := m.KV().UsedBlocks()
+	prompt := []int32{3, 4, 5, 6, 7, 8, 9, 10, 11}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := 0
+	res, err := e.Generate(ctx, GenerateRequest{Prompt: prompt, MaxTokens: 200}, func(c Chunk) error {
+		n += len(c.Tokens)
+		if n >= 3 {
+			cancel()
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) || res.Finish != FinishCancelled {
+		t.Fatalf("err %v finish %q", err, res.Finish)
+	}
+	if n != 3 {
+		t.Fatalf("%d tokens emitted after cancelling at the 3rd", n)
+	}
+	if u := m.KV().UsedBlocks(); u != base {
+		t.Fatalf("used blocks %d after cancel, baseline %d", u, base)
+	}
+	// an emit error stops too.
+	boom := errors.New("client gone")
+	n = 0
+	_, err = e.Generate(context.Background(), GenerateRequest{Prompt: prompt, MaxTokens: 200}, func(c Chunk) error {
+		n += len(c.Tokens)
+		if n >= 2 {
+			return boom
+		}
+		return nil
+	})
+	if !errors.Is(err, boom) || n != 2 {
+		t.Fatalf("emit error: err %v after %d tokens", err, n)
+	}
+	if u := m.KV().UsedBlocks(); u != base {
+		t.Fatalf("used blocks %d after emit error, baseline %d", u, base)
+	}
+	// an already cancelled context does nothing.
+	if _, _, err := collect(e, ctx, GenerateRequest{Prompt: prompt}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled ctx: %v", err)
+	}
+}
+
+// TestGenerateConcurrent: concurrent requests (batched by the scheduler)
+// produce exactly what each produces alone; seeded sampling included.
+func TestGenerateConcurrent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow")
+	}
+	m := NewRandomModel(genConfig(), 23, LoadOptions{KVTokens: 4096, BlockSize: 4, Threads: 2})
+	e := New(m, Options{PrefillChunk: 7})
+	defer e.Close()
+	r := rand.New(rand.NewPCG(9, 9))
+	var reqs []GenerateRequest
+	for i := range 6 {
+		seed := uint64(i)
+		sp := SamplingParams{}
+		if i%2 == 1 {
+			sp = SamplingParams{Temperature: 0.9, TopP: 0.9, Seed: &seed, FrequencyPenalty: 0.3}
+		}
+		reqs = append(reqs, GenerateRequest{Prompt: randTokens(r, 5+3*i, m.Config.VocabSize), MaxTokens: 15 + i, Sampling: sp})
+	}
+	alone := make([][]int32, len(reqs))
+	for i, q := range reqs {
+		toks, _, err := collect(e, context.Background(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		alone[i] = toks
+	}
+	together := make([][]int32, len(reqs))
+	var wg sync.WaitGroup
+	for i, q := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			toks, _, err := collect(e, context.Background(), q)
+			if err != nil {
+				t.Error(err)
+			}
+			together[i] = toks
+		}()
+	}
+	wg.Wait()
+	for i := range reqs {
+		if fmt.Sprint(alone[i]) != fmt.Sprint(together[i]) {
+			t.Fatalf("request %d: alone %v, batched %v", i, alone[i], together[i])
+		}
+	}
+}
+
+func TestGeneratePrefixCache(t *testing.T) {
+	m := NewRandomModel(genConfig(), 24, LoadOptions{KVTokens: 2048, BlockSize: 4, Threads: 2})
+	e := New(m, Options{})
+	defer e.Close()
+	r := rand.New(rand.NewPCG(3, 3))
+	system := randTokens(r, 22, m.Config.VocabSize)
+	p1 := append(append([]int32(nil), system...), 4, 5, 6)
+	want := manualGreedy(t, m, p1, 12)
+	got, res, err := collect(e, context.Background(), GenerateRequest{Prompt: p1, MaxTokens: 12, PrefixSalt: "a"})
+	if err != nil || res.CachedTokens != 0 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("first: %v %+v %v", got, res, err)
+	}
+	got, res, err = collect(e, context.Background(), GenerateRequest{Prompt: p1, MaxTokens: 12, PrefixSalt: "a"})
+	if err != nil || res.CachedTokens != 24 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("second (cached): %v cached %d, %v; want %v with 24 cached", got, res.CachedTokens, err, want)
+	}
+	if _, res, _ = collect(e, context.Background(), GenerateRequest{Prompt: p1, MaxTokens: 2, PrefixSalt: "b"}); res.CachedTokens != 0 {
+		t.Fatalf("other tenant got %d cached tokens", res.CachedTokens)
+	}
+	// a prompt sharing only the system part reuses its full blocks.
+	p2 := append(append([]int32(nil), system...), 9, 9, 9, 9, 9)
+	want2 := manualGreedy(t, m, p2, 8)
+	got, res, _ = collect(e, context.Background(), GenerateRequest{Prompt: p2, MaxTokens: 8, PrefixSalt: "a"})
+	if res.CachedTokens != 20 || fmt.Sprint(got) != fmt.Sprint(want2) {
+		t.Fatalf("shared system: %v cached %d, want %v with 20", got, res.CachedTokens, want2)
+	}
+	m.KV().DropPrefixCache()
+	if u := m.KV().UsedBlocks(); u != 0 {
+		t.Fatalf("%d blocks used after dropping the cache", u)
+	}
+}
