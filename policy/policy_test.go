@@ -16,10 +16,12 @@ type op struct {
 	want bool
 }
 
-func add(k string) op                            { return op{kind: 'a', key: k, size: 1, cost: 1} }
-func addSC(k string, size int64, cost float64) op { return op{kind: 'a', key: k, size: size, cost: cost} }
-func get(k string, want bool) op                 { return op{kind: 'g', key: k, want: want} }
-func rem(k string, want bool) op                 { return op{kind: 'r', key: k, want: want} }
+func add(k string) op { return op{kind: 'a', key: k, size: 1, cost: 1} }
+func addSC(k string, size int64, cost float64) op {
+	return op{kind: 'a', key: k, size: size, cost: cost}
+}
+func get(k string, want bool) op { return op{kind: 'g', key: k, want: want} }
+func rem(k string, want bool) op { return op{kind: 'r', key: k, want: want} }
 
 // run applies ops to p and returns every evicted key, in order.
 func run(t *testing.T, p Policy[string], ops []op) []string {
@@ -74,12 +76,12 @@ func TestEvictionOrder(t *testing.T) {
 			p:    NewLRU[string](Capacity{MaxEntries: 3}),
 			ops: []op{
 				add("a"), add("b"), add("c"), // MRU→LRU: c b a
-				get("a", true),               // a c b
-				add("d"),                     // d a c b → evict b
-				get("c", true),               // c d a
-				add("e"),                     // e c d a → evict a
-				add("d"),                     // update moves d: d e c
-				add("f"),                     // f d e c → evict c
+				get("a", true), // a c b
+				add("d"),       // d a c b → evict b
+				get("c", true), // c d a
+				add("e"),       // e c d a → evict a
+				add("d"),       // update moves d: d e c
+				add("f"),       // f d e c → evict c
 				get("b", false),
 			},
 			wantEv:   []string{"b", "a", "c"},
@@ -119,7 +121,7 @@ func TestEvictionOrder(t *testing.T) {
 			p:    NewLFU[string](Capacity{MaxEntries: 2}),
 			ops: []op{
 				add("x"), add("y"), // both 1, x older
-				add("z"), // evict x
+				add("z"),                       // evict x
 				get("y", true), get("z", true), // y2 then z2: y older
 				add("w"), // room first: both count 2, y least recent → evict y
 			},
@@ -316,7 +318,7 @@ func TestByteCapacity(t *testing.T) {
 	// Both bounds: the tighter one wins.
 	q := NewFIFO[string](Capacity{MaxEntries: 3, MaxBytes: 100})
 	got = run(t, q, []op{addSC("a", 60, 1), addSC("b", 30, 1), addSC("c", 20, 1)}) // 110 bytes: evict a
-	got = append(got, run(t, q, []op{add("d"), add("e")})...)                       // d: 3 entries, 51 bytes; e: 4 entries → evict b
+	got = append(got, run(t, q, []op{add("d"), add("e")})...)                      // d: 3 entries, 51 bytes; e: 4 entries → evict b
 	if !slices.Equal(got, []string{"a", "b"}) || q.Bytes() != 22 {
 		t.Fatalf("both bounds: evicted %v bytes %d", got, q.Bytes())
 	}
