@@ -229,12 +229,12 @@ extern "C" __global__ void cast_f16(const float* __restrict__ in, f16* __restric
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = f2h(in[i]);
 }
 
-// swiglu_f16: gu [T][2I] interleaved (gate_j, up_j) -> out [T][I] fp16.
-extern "C" __global__ void swiglu_f16(const float* __restrict__ gu, f16* __restrict__ out, int I, int T) {
+// swiglu_f32: gu [T][2I] interleaved (gate_j, up_j) -> out [T][I] fp32.
+extern "C" __global__ void swiglu_f32(const float* __restrict__ gu, float* __restrict__ out, int I, int T) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < T * I; i += gridDim.x * blockDim.x) {
     int t = i / I, j = i - t * I;
     float g = gu[(size_t)t * 2 * I + 2 * j], u = gu[(size_t)t * 2 * I + 2 * j + 1];
-    out[i] = f2h(g / (1.f + expf(-g)) * u);
+    out[i] = g / (1.f + expf(-g)) * u;
   }
 }
 

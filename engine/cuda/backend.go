@@ -1,0 +1,336 @@
+// Package cuda implements engine.Backend on an NVIDIA GPU over package
+// kernels: fp16 weights, fp32 activations and KV cache, fp32 accumulation.
+// Batches of up to kernels.GemvMaxM tokens run through our GEMV kernels and
+// are captured as CUDA graphs (one per token/logit-row count) and replayed;
+// larger batches (prefill) use cuBLAS when present. No cgo is needed: without
+// a GPU, New returns an error wrapping kernels.ErrNoCUDA and
+// engine.ErrBackendMissing, and the caller falls back to the CPU backend.
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/engine/safetensors"
+	"github.com/specgate/specgate/kernels"
+)
+
+// ErrSlot: a slot index outside [0, NumSlots).
+var ErrSlot = errors.New("cuda backend: slot out of range")
+
+// ErrRequest: a malformed ForwardRequest (lengths, parents, logits rows).
+var ErrRequest = errors.New("cuda backend: bad forward request")
+
+// Options tune the backend. Zero values pick defaults.
+type Options struct {
+	Device   int     // GPU ordinal
+	NumSlots int     // KV capacity in tokens (slots); default 8192
+	Random   bool    // ignore Weights; fill weights on device from Seed (benchmarks)
+	Seed     uint64  // for Random
+	NoGraphs bool    // run small batches eagerly instead of through CUDA graphs
+	NoCUBLAS bool    // large batches through chunked GEMV even when cuBLAS is present
+	Eps      float32 // overrides cfg.RMSNormEps when > 0
+}
+
+type layer struct {
+	wqkv, wo, wgu, wd kernels.DevicePtr // fp16 [qDim+2kvDim][H], [H][qDim], [2I][H] interleaved, [H][I]
+	attnNorm, mlpNorm kernels.DevicePtr // fp16 [H]
+}
+
+// Backend is the GPU engine.Backend. Its methods are safe for concurrent
+// use (they are serialised on the device worker).
+type Backend struct {
+	cfg    engine.Config
+	opt    Options
+	dev    *kernels.Device
+	layers []layer
+	embed  kernels.DevicePtr // fp16 [V][H]
+	lmHead kernels.DevicePtr // fp16 [V][H] (== embed when tied)
+	norm   kernels.DevicePtr // fp16 [H]
+	inv    kernels.DevicePtr // fp32 [hd/2]
+	kc, vc kernels.DevicePtr // fp32 [L][NumSlots][kvDim]
+	allocs []kernels.DevicePtr
+
+	qkvDim, kvDim int
+	weightBytes   int64
+	eps           float32
+
+	// Scratch, sized for capT tokens and capR logit rows.
+	capT, capR               int
+	x, qkv, attn, act, gu    kernels.DevicePtr
+	h16, logits              kernels.DevicePtr
+	meta                     kernels.DevicePtr // int32 metadata, layout from metaLayout(capT, capS, capW, capR)
+	capS, capW               int
+	stage                    kernels.HostBuf // pinned: metadata (int32) then logits (fp32)
+	stageMetaBytes           int
+	tmpKV                    kernels.DevicePtr
+	tmpKVCap                 int
+	graphs                   map[[2]int]*kernels.Graph
+	closed                   bool
+	hostMeta                 []int32
+	hostFlat                 flatBatch
+	lastGraphHit, graphsMade int
+}
+
+var _ engine.Backend = (*Backend)(nil)
+
+// New copies w (converted to fp16) onto GPU opt.Device and allocates a KV
+// cache of opt.NumSlots slots. w may be nil when opt.Random is set. The
+// backend keeps no reference to w.
+func New(cfg engine.Config, w *engine.Weights, opt Options) (*Backend, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opt.NumSlots <= 0 {
+		opt.NumSlots = 8192
+	}
+	if cfg.HiddenSize%8 != 0 || cfg.IntermediateSize%8 != 0 || cfg.QDim()%8 != 0 {
+		return nil, fmt.Errorf("cuda backend: hidden %d, intermediate %d and q dim %d must be multiples of 8: %w",
+			cfg.HiddenSize, cfg.IntermediateSize, cfg.QDim(), engine.ErrBadConfig)
+	}
+	switch cfg.HeadDim {
+	case 32, 64, 128, 256:
+	default:
+		return nil, fmt.Errorf("cuda backend: head_dim %d unsupported (32, 64, 128, 256): %w", cfg.HeadDim, engine.ErrBadConfig)
+	}
+	if w == nil && !opt.Random {
+		return nil, fmt.Errorf("cuda backend: no weights: %w", engine.ErrBadWeights)
+	}
+	dev, err := kernels.Open(opt.Device)
+	if err != nil {
+		return nil, fmt.Errorf("cuda backend: %w: %w", engine.ErrBackendMissing, err)
+	}
+	b := &Backend{cfg: cfg, opt: opt, dev: dev, graphs: map[[2]int]*kernels.Graph{},
+		qkvDim: cfg.QDim() + 2*cfg.KVDim(), kvDim: cfg.KVDim(), eps: float32(cfg.RMSNormEps)}
+	if opt.Eps > 0 {
+		b.eps = opt.Eps
+	}
+	if err := dev.Do(func(c *kernels.Ctx) error { return b.load(c, w) }); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// Factory returns an engine.BackendFactory that builds this backend (for
+// engine.LoadOptions.NewBackend); numSlots overrides opt.NumSlots.
+func Factory(opt Options) engine.BackendFactory {
+	return func(cfg engine.Config, w *engine.Weights, numSlots int) (engine.Backend, error) {
+		o := opt
+		o.NumSlots = numSlots
+		return New(cfg, w, o)
+	}
+}
+
+// Device describes the GPU.
+func (b *Backend) Device() *kernels.Device { return b.dev }
+
+// NumSlots is the KV capacity in tokens.
+func (b *Backend) NumSlots() int { return b.opt.NumSlots }
+
+// WeightBytes is the bytes of weights on the device.
+func (b *Backend) WeightBytes() int64 { return b.weightBytes }
+
+// Config is the model's configuration.
+func (b *Backend) Config() engine.Config { return b.cfg }
+
+func (b *Backend) alloc(c *kernels.Ctx, bytes int) (kernels.DevicePtr, error) {
+	p, err := c.Alloc(bytes)
+	if err == nil {
+		b.allocs = append(b.allocs, p)
+	}
+	return p, err
+}
+
+func toF16(v []float32) []uint16 {
+	out := make([]uint16, len(v))
+	for i, x := range v {
+		out[i] = safetensors.Float32ToF16(x)
+	}
+	return out
+}
+
+// upload allocates and fills an fp16 tensor of n elements: from the given
+// host tensors concatenated, or random (scale) when Random.
+func (b *Backend) upload(c *kernels.Ctx, n int, scale float32, parts ...[]float32) (kernels.DevicePtr, error) {
+	p, err := b.alloc(c, 2*n)
+	if err != nil {
+		return 0, err
+	}
+	b.weightBytes += int64(2 * n)
+	if b.opt.Random {
+		b.opt.Seed += 0x9E3779B97F4A7C15
+		if scale == 0 {
+			return p, c.Memset32(p, 0x3c003c00, n/2) // 1.0 in fp16 (n even)
+		}
+		return p, c.FillRandomF16(p, int64(n), b.opt.Seed, scale)
+	}
+	h := make([]uint16, 0, n)
+	for _, part := range parts {
+		h = append(h, toF16(part)...)
+	}
+	if len(h) != n {
+		return 0, fmt.Errorf("upload: %d elements, want %d: %w", len(h), n, engine.ErrBadWeights)
+	}
+	return p, kernels.Upload(c, p, h)
+}
+
+func (b *Backend) load(c *kernels.Ctx, w *engine.Weights) error {
+	cfg := b.cfg
+	H, I, V, L := cfg.HiddenSize, cfg.IntermediateSize, cfg.VocabSize, cfg.NumLayers
+	q, kv := cfg.QDim(), cfg.KVDim()
+	if !b.opt.Random {
+		if len(w.Layers) != L || len(w.Embed) != V*H || len(w.Norm) != H || len(w.LMHead) != V*H {
+			return fmt.Errorf("cuda backend: weights do not match config (%d layers, embed %d, norm %d, lm_head %d): %w",
+				len(w.Layers), len(w.Embed), len(w.Norm), len(w.LMHead), engine.ErrBadWeights)
+		}
+	} else {
+		w = &engine.Weights{Layers: make([]engine.LayerWeights, L)}
+	}
+	var err error
+	if b.embed, err = b.upload(c, V*H, 1, w.Embed); err != nil {
+		return fmt.Errorf("embed_tokens: %w", err)
+	}
+	if cfg.TieWordEmbeddings {
+		b.lmHead = b.embed
+	} else if b.lmHead, err = b.upload(c, V*H, 0.02, w.LMHead); err != nil {
+		return fmt.Errorf("lm_head: %w", err)
+	}
+	if b.norm, err = b.upload(c, H, 0, w.Norm); err != nil {
+		return fmt.Errorf("norm: %w", err)
+	}
+	b.layers = make([]layer, L)
+	for l := range L {
+		lw, ly := &w.Layers[l], &b.layers[l]
+		if !b.opt.Random && (len(lw.Wq) != q*H || len(lw.Wk) != kv*H || len(lw.Wv) != kv*H || len(lw.Wo) != H*q ||
+			len(lw.WGate) != I*H || len(lw.WUp) != I*H || len(lw.WDown) != H*I || len(lw.AttnNorm) != H || len(lw.MLPNorm) != H) {
+			return fmt.Errorf("cuda backend: layer %d: weight sizes do not match config: %w", l, engine.ErrBadWeights)
+		}
+		if ly.wqkv, err = b.upload(c, (q+2*kv)*H, 0.02, lw.Wq, lw.Wk, lw.Wv); err != nil {
+			return fmt.Errorf("layer %d qkv: %w", l, err)
+		}
+		if ly.wo, err = b.upload(c, H*q, 0.02, lw.Wo); err != nil {
+			return fmt.Errorf("layer %d o_proj: %w", l, err)
+		}
+		var gu []float32
+		if !b.opt.Random {
+			gu = make([]float32, 0, 2*I*H)
+			for j := range I {
+				gu = append(gu, lw.WGate[j*H:(j+1)*H]...)
+				gu = append(gu, lw.WUp[j*H:(j+1)*H]...)
+			}
+		}
+		if ly.wgu, err = b.upload(c, 2*I*H, 0.02, gu); err != nil {
+			return fmt.Errorf("layer %d gate/up: %w", l, err)
+		}
+		if ly.wd, err = b.upload(c, H*I, 0.02, lw.WDown); err != nil {
+			return fmt.Errorf("layer %d down: %w", l, err)
+		}
+		if ly.attnNorm, err = b.upload(c, H, 0, lw.AttnNorm); err != nil {
+			return err
+		}
+		if ly.mlpNorm, err = b.upload(c, H, 0, lw.MLPNorm); err != nil {
+			return err
+		}
+	}
+	inv := engine.RopeInvFreq(cfg)
+	if b.inv, err = b.alloc(c, 4*len(inv)); err != nil {
+		return err
+	}
+	if err := kernels.Upload(c, b.inv, inv); err != nil {
+		return err
+	}
+	kvBytes := L * b.opt.NumSlots * kv * 4
+	if b.kc, err = b.alloc(c, kvBytes); err != nil {
+		return fmt.Errorf("KV cache of %d slots: %w", b.opt.NumSlots, err)
+	}
+	if b.vc, err = b.alloc(c, kvBytes); err != nil {
+		return fmt.Errorf("KV cache of %d slots: %w", b.opt.NumSlots, err)
+	}
+	return c.Sync()
+}
+
+// Close releases all device memory and the device.
+func (b *Backend) Close() error {
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	_ = b.dev.Do(func(c *kernels.Ctx) error {
+		for _, g := range b.graphs {
+			c.DestroyGraph(g)
+		}
+		b.freeScratch(c)
+		for _, p := range b.allocs {
+			c.Free(p)
+		}
+		c.Free(b.tmpKV)
+		return nil
+	})
+	return b.dev.Close()
+}
+
+func (b *Backend) freeScratch(c *kernels.Ctx) {
+	for _, p := range []kernels.DevicePtr{b.x, b.qkv, b.attn, b.act, b.gu, b.h16, b.logits, b.meta} {
+		c.Free(p)
+	}
+	c.FreeHost(b.stage)
+	b.x, b.qkv, b.attn, b.act, b.gu, b.h16, b.logits, b.meta = 0, 0, 0, 0, 0, 0, 0, 0
+	b.stage = kernels.HostBuf{}
+	for k, g := range b.graphs {
+		c.DestroyGraph(g)
+		delete(b.graphs, k)
+	}
+}
+
+// metaLayout gives int32 offsets of the metadata arrays for capacities
+// (tokens T, slot list S, mask words W, logit rows R).
+type metaLayout struct{ tokens, pos, slots, kvoff, kvlen, cached, maskoff, rows, slotList, mask, total int }
+
+func layoutFor(T, S, W, R int) metaLayout {
+	var m metaLayout
+	o := 0
+	next := func(n int) int { r := o; o += (n + 3) / 4 * 4; return r } // 16-byte aligned
+	m.tokens, m.pos, m.slots = next(T), next(T), next(T)
+	m.kvoff, m.kvlen, m.cached, m.maskoff = next(T), next(T), next(T), next(T)
+	m.rows, m.slotList, m.mask = next(R), next(S), next(max(W, 1))
+	m.total = o
+	return m
+}
+
+// ensure grows scratch to hold T tokens, S slot-list entries, W mask words, R logit rows.
+func (b *Backend) ensure(c *kernels.Ctx, T, S, W, R int) error {
+	if T <= b.capT && S <= b.capS && W <= b.capW && R <= b.capR && b.meta != 0 {
+		return nil
+	}
+	b.freeScratch(c)
+	T, S, W, R = max(T, b.capT, 16), max(S, b.capS, 4096), max(W, b.capW, 256), max(R, b.capR, 8)
+	cfg := b.cfg
+	var err error
+	for _, a := range []struct {
+		p     *kernels.DevicePtr
+		bytes int
+	}{
+		{&b.x, T * cfg.HiddenSize * 4}, {&b.qkv, T * b.qkvDim * 4}, {&b.attn, T * cfg.QDim() * 4},
+		{&b.act, T * cfg.IntermediateSize * 4}, {&b.gu, T * 2 * cfg.IntermediateSize * 4},
+		{&b.h16, T * max(cfg.HiddenSize, cfg.IntermediateSize, cfg.QDim()) * 2},
+		{&b.logits, R * cfg.VocabSize * 4},
+	} {
+		if *a.p, err = c.Alloc(a.bytes); err != nil {
+			return err
+		}
+	}
+	lay := layoutFor(T, S, W, R)
+	if b.meta, err = c.Alloc(lay.total * 4); err != nil {
+		return err
+	}
+	b.stageMetaBytes = lay.total * 4
+	if b.stage, err = c.AllocHost(b.stageMetaBytes + R*cfg.VocabSize*4); err != nil {
+		return err
+	}
+	b.capT, b.capS, b.capW, b.capR = T, S, W, R
+	b.hostMeta = unsafe.Slice((*int32)(unsafe.Pointer(&b.stage.Bytes()[0])), lay.total)
+	return nil
+}

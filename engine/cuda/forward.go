@@ -1,0 +1,367 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/kernels"
+)
+
+// flatBatch is a batch flattened to tokens in request order.
+type flatBatch struct {
+	T, R, S, W                   int
+	tokens, pos, slots           []int32
+	kvoff, kvlen, cached, maskof []int32
+	rows                         []int32 // global token index of each logits row
+	slotList                     []int32
+	mask                         []int32 // uint32 bit rows, stored as int32
+	reqRows                      []int   // first logits row of each request
+}
+
+// flatten validates reqs and builds the per-token metadata.
+func (b *Backend) flatten(reqs []*engine.ForwardRequest) (*flatBatch, error) {
+	fb := &b.hostFlat
+	*fb = flatBatch{tokens: fb.tokens[:0], pos: fb.pos[:0], slots: fb.slots[:0], kvoff: fb.kvoff[:0],
+		kvlen: fb.kvlen[:0], cached: fb.cached[:0], maskof: fb.maskof[:0], rows: fb.rows[:0],
+		slotList: fb.slotList[:0], mask: fb.mask[:0], reqRows: fb.reqRows[:0]}
+	V, ns := b.cfg.VocabSize, int32(b.opt.NumSlots)
+	for ri, r := range reqs {
+		n := len(r.Tokens)
+		bad := func(format string, a ...any) error {
+			return fmt.Errorf("request %d: %s: %w", ri, fmt.Sprintf(format, a...), ErrRequest)
+		}
+		if n == 0 {
+			return nil, bad("no tokens")
+		}
+		if len(r.Positions) != n || len(r.Slots) != n {
+			return nil, bad("Positions %d / Slots %d != Tokens %d", len(r.Positions), len(r.Slots), n)
+		}
+		if r.Parents != nil && len(r.Parents) != n {
+			return nil, bad("Parents %d != Tokens %d", len(r.Parents), n)
+		}
+		nc := len(r.CachedSlots)
+		off := len(fb.slotList)
+		for _, s := range r.CachedSlots {
+			if s < 0 || s >= ns {
+				return nil, fmt.Errorf("request %d: cached slot %d not in [0, %d): %w", ri, s, ns, ErrSlot)
+			}
+		}
+		fb.slotList = append(fb.slotList, r.CachedSlots...)
+		for i := 0; i < n; i++ {
+			if r.Tokens[i] < 0 || int(r.Tokens[i]) >= V {
+				return nil, bad("token %d not in [0, %d)", r.Tokens[i], V)
+			}
+			if r.Slots[i] < 0 || r.Slots[i] >= ns {
+				return nil, fmt.Errorf("request %d: slot %d not in [0, %d): %w", ri, r.Slots[i], ns, ErrSlot)
+			}
+			if r.Positions[i] < 0 {
+				return nil, bad("position %d negative", r.Positions[i])
+			}
+		}
+		fb.slotList = append(fb.slotList, r.Slots...)
+		t0 := len(fb.tokens)
+		wpr := (n + 31) / 32
+		for i := 0; i < n; i++ {
+			fb.tokens = append(fb.tokens, r.Tokens[i])
+			fb.pos = append(fb.pos, r.Positions[i])
+			fb.slots = append(fb.slots, r.Slots[i])
+			fb.kvoff = append(fb.kvoff, int32(off))
+			fb.kvlen = append(fb.kvlen, int32(nc+i+1))
+			fb.cached = append(fb.cached, int32(nc))
+			if r.Parents == nil {
+				fb.maskof = append(fb.maskof, -1)
+				continue
+			}
+			p := r.Parents[i]
+			if p < -1 || int(p) >= i {
+				return nil, bad("Parents[%d] = %d, want -1 <= p < %d", i, p, i)
+			}
+			base := len(fb.mask)
+			fb.maskof = append(fb.maskof, int32(base))
+			for w := 0; w < wpr; w++ {
+				fb.mask = append(fb.mask, 0)
+			}
+			for a := int32(i); a >= 0; a = r.Parents[a] {
+				fb.mask[base+int(a)/32] |= int32(uint32(1) << (uint(a) % 32))
+			}
+		}
+		fb.reqRows = append(fb.reqRows, len(fb.rows))
+		if r.LogitsRows == nil {
+			for i := 0; i < n; i++ {
+				fb.rows = append(fb.rows, int32(t0+i))
+			}
+		} else {
+			for _, lr := range r.LogitsRows {
+				if lr < 0 || int(lr) >= n {
+					return nil, bad("LogitsRows entry %d not in [0, %d)", lr, n)
+				}
+				fb.rows = append(fb.rows, int32(t0)+lr)
+			}
+		}
+	}
+	fb.T, fb.R, fb.S, fb.W = len(fb.tokens), len(fb.rows), len(fb.slotList), len(fb.mask)
+	return fb, nil
+}
+
+// Forward implements engine.Backend.
+func (b *Backend) Forward(reqs []*engine.ForwardRequest) error {
+	if b.closed {
+		return kernels.ErrClosed
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	return b.dev.Do(func(c *kernels.Ctx) error {
+		fb, err := b.flatten(reqs)
+		if err != nil {
+			return err
+		}
+		if err := b.ensure(c, fb.T, fb.S, fb.W, max(fb.R, 1)); err != nil {
+			return err
+		}
+		lay := layoutFor(b.capT, b.capS, b.capW, b.capR)
+		hm := b.hostMeta
+		copy(hm[lay.tokens:], fb.tokens)
+		copy(hm[lay.pos:], fb.pos)
+		copy(hm[lay.slots:], fb.slots)
+		copy(hm[lay.kvoff:], fb.kvoff)
+		copy(hm[lay.kvlen:], fb.kvlen)
+		copy(hm[lay.cached:], fb.cached)
+		copy(hm[lay.maskoff:], fb.maskof)
+		copy(hm[lay.rows:], fb.rows)
+		copy(hm[lay.slotList:], fb.slotList)
+		copy(hm[lay.mask:], fb.mask)
+		stage := unsafe.Pointer(&b.stage.Bytes()[0])
+		if err := c.HtoDRaw(b.meta, stage, (lay.slotList+fb.S)*4); err != nil {
+			return err
+		}
+		if fb.W > 0 {
+			if err := c.HtoDRaw(b.meta+kernels.DevicePtr(lay.mask*4), unsafe.Add(stage, lay.mask*4), fb.W*4); err != nil {
+				return err
+			}
+		}
+		if err := b.runMaybeGraph(c, fb.T, fb.R, lay); err != nil {
+			return err
+		}
+		V := b.cfg.VocabSize
+		logitsHost := unsafe.Add(stage, b.stageMetaBytes)
+		if fb.R > 0 {
+			if err := c.DtoHRaw(logitsHost, b.logits, fb.R*V*4); err != nil {
+				return err
+			}
+		}
+		if err := c.Sync(); err != nil {
+			return err
+		}
+		all := unsafe.Slice((*float32)(logitsHost), fb.R*V)
+		for i, r := range reqs {
+			r0 := fb.reqRows[i]
+			r1 := fb.R
+			if i+1 < len(reqs) {
+				r1 = fb.reqRows[i+1]
+			}
+			need := (r1 - r0) * V
+			if cap(r.Logits) >= need {
+				r.Logits = r.Logits[:need]
+			} else {
+				r.Logits = make([]float32, need)
+			}
+			copy(r.Logits, all[r0*V:r1*V])
+		}
+		return nil
+	})
+}
+
+// graphable: the whole step runs through GEMV kernels (no cuBLAS, no host
+// decisions), so it can be captured once per (T, R) and replayed.
+func (b *Backend) graphable(c *kernels.Ctx, T, R int) bool {
+	cfg := b.cfg
+	return !b.opt.NoGraphs && T <= kernels.GemvMaxM && R <= kernels.GemvMaxM && R >= 1 &&
+		c.GemvFits(T, cfg.HiddenSize) && c.GemvFits(T, cfg.QDim()) && c.GemvFits(T, cfg.IntermediateSize)
+}
+
+func (b *Backend) runMaybeGraph(c *kernels.Ctx, T, R int, lay metaLayout) error {
+	if !b.graphable(c, T, R) {
+		return b.run(c, T, R, lay)
+	}
+	key := [2]int{T, R}
+	g := b.graphs[key]
+	if g == nil {
+		// Run once eagerly first: it sets kernel attributes and loads
+		// functions outside capture, and produces this step's results.
+		if err := b.run(c, T, R, lay); err != nil {
+			return err
+		}
+		if err := c.BeginCapture(); err != nil {
+			return err
+		}
+		err := b.run(c, T, R, lay)
+		g2, err2 := c.EndCapture()
+		if err != nil {
+			c.DestroyGraph(g2)
+			return err
+		}
+		if err2 != nil {
+			return err2
+		}
+		b.graphs[key] = g2
+		b.graphsMade++
+		return nil // results already produced by the eager run
+	}
+	b.lastGraphHit++
+	return c.LaunchGraph(g)
+}
+
+// run enqueues the forward of T tokens with R logits rows.
+func (b *Backend) run(c *kernels.Ctx, T, R int, lay metaLayout) error {
+	cfg := b.cfg
+	H, I, V := cfg.HiddenSize, cfg.IntermediateSize, cfg.VocabSize
+	nh, nkv, hd := cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim
+	mp := func(off int) kernels.DevicePtr { return b.meta + kernels.DevicePtr(off*4) }
+	am := kernels.AttnMeta{SlotList: mp(lay.slotList), KVOff: mp(lay.kvoff), KVLen: mp(lay.kvlen),
+		Cached: mp(lay.cached), MaskOff: mp(lay.maskoff), Mask: mp(lay.mask)}
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	layerBytes := kernels.DevicePtr(b.opt.NumSlots * b.kvDim * 4)
+	if err := c.Embed(b.embed, mp(lay.tokens), b.x, T, H); err != nil {
+		return err
+	}
+	for l := range b.layers {
+		ly := &b.layers[l]
+		kc, vc := b.kc+kernels.DevicePtr(l)*layerBytes, b.vc+kernels.DevicePtr(l)*layerBytes
+		if err := b.mm(c, kernels.GemvNorm, ly.wqkv, b.x, 0, ly.attnNorm, b.qkv, T, b.qkvDim, H); err != nil {
+			return fmt.Errorf("layer %d qkv: %w", l, err)
+		}
+		if err := c.RopeAppend(b.qkv, mp(lay.pos), mp(lay.slots), b.inv, kc, vc, T, nh, nkv, hd); err != nil {
+			return fmt.Errorf("layer %d rope: %w", l, err)
+		}
+		if err := c.Attention(b.qkv, b.attn, kc, vc, am, T, nh, nkv, hd, scale); err != nil {
+			return fmt.Errorf("layer %d attention: %w", l, err)
+		}
+		if err := b.mm(c, kernels.GemvResid, ly.wo, b.attn, 0, 0, b.x, T, H, cfg.QDim()); err != nil {
+			return fmt.Errorf("layer %d o_proj: %w", l, err)
+		}
+		if err := b.mm(c, kernels.GemvSwiGLU, ly.wgu, b.x, 0, ly.mlpNorm, b.act, T, 2*I, H); err != nil {
+			return fmt.Errorf("layer %d gate/up: %w", l, err)
+		}
+		if err := b.mm(c, kernels.GemvResid, ly.wd, b.act, 0, 0, b.x, T, H, I); err != nil {
+			return fmt.Errorf("layer %d down: %w", l, err)
+		}
+	}
+	if R == 0 {
+		return nil
+	}
+	if err := b.mm(c, kernels.GemvNorm, b.lmHead, b.x, mp(lay.rows), b.norm, b.logits, R, V, H); err != nil {
+		return fmt.Errorf("lm_head: %w", err)
+	}
+	return nil
+}
+
+// mm computes one projection of M rows (see kernels.GemvKind): GEMV when M
+// fits, cuBLAS for larger M when available, else GEMV in chunks.
+func (b *Backend) mm(c *kernels.Ctx, kind kernels.GemvKind, W, X, xrow, nw, Y kernels.DevicePtr, M, N, K int) error {
+	if M <= kernels.GemvMaxM && c.GemvFits(M, K) {
+		return c.Gemv(kind, W, X, xrow, nw, b.eps, Y, M, N, K)
+	}
+	outW := N
+	if kind == kernels.GemvSwiGLU {
+		outW = N / 2
+	}
+	if kernels.HasCUBLAS() && !b.opt.NoCUBLAS {
+		switch kind {
+		case kernels.GemvNorm, kernels.GemvSwiGLU:
+			if err := c.RMSNormF16(X, xrow, nw, b.eps, b.h16, M, K); err != nil {
+				return err
+			}
+		default:
+			if xrow != 0 {
+				return fmt.Errorf("mm: row index with kind %d: %w", kind, kernels.ErrBadArg)
+			}
+			if err := c.CastF16(X, b.h16, M*K); err != nil {
+				return err
+			}
+		}
+		switch kind {
+		case kernels.GemvResid:
+			return c.GemmF16(W, b.h16, Y, M, N, K, 1, 1)
+		case kernels.GemvSwiGLU:
+			if err := c.GemmF16(W, b.h16, b.gu, M, N, K, 1, 0); err != nil {
+				return err
+			}
+			return c.SwiGLU(b.gu, Y, outW, M)
+		default:
+			return c.GemmF16(W, b.h16, Y, M, N, K, 1, 0)
+		}
+	}
+	step := kernels.GemvMaxM
+	for step > 0 && !c.GemvFits(step, K) {
+		step--
+	}
+	if step == 0 {
+		return fmt.Errorf("mm: K=%d does not fit shared memory and cuBLAS is absent: %w", K, kernels.ErrBadArg)
+	}
+	for m0 := 0; m0 < M; m0 += step {
+		m := min(step, M-m0)
+		x, xr := X, xrow
+		if xrow != 0 {
+			xr += kernels.DevicePtr(m0 * 4)
+		} else {
+			x += kernels.DevicePtr(m0 * K * 4)
+		}
+		if err := c.Gemv(kind, W, x, xr, nw, b.eps, Y+kernels.DevicePtr(m0*outW*4), m, N, K); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CopySlots implements engine.Backend: for every layer, K and V of slot
+// src[i] are copied to dst[i]. All sources are read before any destination
+// is written, so overlapping sets are safe.
+func (b *Backend) CopySlots(src, dst []int32) error {
+	if len(src) != len(dst) {
+		return fmt.Errorf("CopySlots: %d sources, %d destinations: %w", len(src), len(dst), ErrRequest)
+	}
+	n := len(src)
+	if n == 0 {
+		return nil
+	}
+	ns := int32(b.opt.NumSlots)
+	for i := range src {
+		if src[i] < 0 || src[i] >= ns || dst[i] < 0 || dst[i] >= ns {
+			return fmt.Errorf("CopySlots: pair %d (%d -> %d) not in [0, %d): %w", i, src[i], dst[i], ns, ErrSlot)
+		}
+	}
+	return b.dev.Do(func(c *kernels.Ctx) error {
+		L, kv := b.cfg.NumLayers, b.kvDim
+		need := n*L*kv*4 + 2*n*4
+		if need > b.tmpKVCap {
+			c.Free(b.tmpKV)
+			b.tmpKV, b.tmpKVCap = 0, 0
+			p, err := c.Alloc(need)
+			if err != nil {
+				return err
+			}
+			b.tmpKV, b.tmpKVCap = p, need
+		}
+		idx := b.tmpKV + kernels.DevicePtr(n*L*kv*4)
+		both := append(append(make([]int32, 0, 2*n), src...), dst...)
+		if err := kernels.Upload(c, idx, both); err != nil {
+			return err
+		}
+		stride := int64(b.opt.NumSlots * kv)
+		for _, cache := range []kernels.DevicePtr{b.kc, b.vc} {
+			if err := c.KVGather(cache, b.tmpKV, idx, n, L, kv, stride); err != nil {
+				return err
+			}
+			if err := c.KVScatter(cache, b.tmpKV, idx+kernels.DevicePtr(n*4), n, L, kv, stride); err != nil {
+				return err
+			}
+		}
+		return c.Sync()
+	})
+}
+
+// Stats reports graph use: graphs captured and replays.
+func (b *Backend) Stats() (graphs, replays int) { return b.graphsMade, b.lastGraphHit }

@@ -1,0 +1,222 @@
+package kernels
+
+import "fmt"
+
+// Typed launchers for the kernels in llama.cu. All run on the device stream
+// (asynchronous); pointers are device addresses; shapes are row-major.
+// fp16 tensors are IEEE half words, activations and the KV cache fp32.
+
+// GemvMaxM is the largest token count the GEMV kernels take in one launch.
+const GemvMaxM = 8
+
+// GemvKind selects the GEMV epilogue (see llama.cu).
+type GemvKind int
+
+const (
+	// GemvNorm: Y[m] = W · (rmsnorm(X[xrow[m]]) * nw).
+	GemvNorm GemvKind = iota
+	// GemvResid: Y[m] += W · X[m].
+	GemvResid
+	// GemvPlain: Y[m] = W · X[m].
+	GemvPlain
+	// GemvSwiGLU: W rows interleaved (gate_j, up_j); Y[m][j] = silu(g)*u of rmsnorm'd X.
+	GemvSwiGLU
+)
+
+var gemvNames = [...]string{"gemv_norm_m", "gemv_resid_m", "gemv_plain_m", "gemv_swiglu_m"}
+
+// GemvSmem is the dynamic shared memory a GEMV of M tokens over K inputs needs.
+func GemvSmem(M, K int) int { return M * K * 4 }
+
+// GemvFits reports whether a GEMV of M tokens and K inputs fits this device's shared memory.
+func (c *Ctx) GemvFits(M, K int) bool {
+	lim := c.d.MaxSmemOptin
+	if lim <= 0 {
+		lim = 48 << 10
+	}
+	return M >= 1 && M <= GemvMaxM && GemvSmem(M, K)+1024 <= lim
+}
+
+// Gemv runs one fp16-weight GEMV over M (1..GemvMaxM) tokens: W [N][K]
+// fp16, X fp32 rows of K (row m is X[xrow[m]] when xrow != 0, for GemvNorm
+// and GemvPlain), nw fp16 [K] (norm kinds), Y fp32 [M][N] ([M][N/2] for
+// GemvSwiGLU). K must be a multiple of 8.
+func (c *Ctx) Gemv(kind GemvKind, W, X, xrow, nw DevicePtr, eps float32, Y DevicePtr, M, N, K int) error {
+	if M < 1 || M > GemvMaxM || K%8 != 0 || N <= 0 || (kind == GemvSwiGLU && N%2 != 0) {
+		return fmt.Errorf("gemv kind %d M=%d N=%d K=%d: %w", kind, M, N, K, ErrBadArg)
+	}
+	name := fmt.Sprintf("%s%d", gemvNames[kind], M)
+	f, err := c.Func(name)
+	if err != nil {
+		return err
+	}
+	smem := GemvSmem(M, K)
+	if smem > 48<<10 {
+		key := name + "#smem"
+		if prev, ok := c.d.funcs[key]; !ok || int(prev) < smem {
+			if err := c.SetMaxDynamicSmem(f, smem); err != nil {
+				return fmt.Errorf("%s: %d bytes of shared memory: %w", name, smem, err)
+			}
+			c.d.funcs[key] = Func(smem)
+		}
+	}
+	units := N
+	if kind == GemvSwiGLU {
+		units = N / 2
+	}
+	// Units per block: enough blocks for ~4 waves of the SMs, at least 8 per block.
+	sms := max(c.d.SMs, 1)
+	upb := max(8, (units+sms*4-1)/(sms*4))
+	upb = (upb + 7) / 8 * 8
+	grid := (units + upb - 1) / upb
+	return c.Launch(f, Dim3{uint32(grid), 1, 1}, Dim3{256, 1, 1}, smem,
+		P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), I(upb))
+}
+
+// Embed gathers x[t] = table[tokens[t]] (fp16 table [V][H] → fp32 x [T][H]).
+func (c *Ctx) Embed(table, tokens, x DevicePtr, T, H int) error {
+	return c.LaunchByName("embed_f16", Dim3{uint32(T), 1, 1}, Dim3{256, 1, 1}, 0, P(table), P(tokens), P(x), I(H))
+}
+
+// RMSNormF16 writes out[t] = f16(rmsnorm(x[xrow[t] or t]) * nw), out [T][K].
+func (c *Ctx) RMSNormF16(x, xrow, nw DevicePtr, eps float32, out DevicePtr, T, K int) error {
+	return c.LaunchByName("rmsnorm_f16", Dim3{uint32(T), 1, 1}, Dim3{256, 1, 1}, 0, P(x), P(xrow), P(nw), F(eps), P(out), I(K))
+}
+
+func grid1(n int) Dim3 { return Dim3{uint32(min(max((n+255)/256, 1), 4096)), 1, 1} }
+
+// CastF16 converts n fp32 values to fp16.
+func (c *Ctx) CastF16(in, out DevicePtr, n int) error {
+	return c.LaunchByName("cast_f16", grid1(n), Dim3{256, 1, 1}, 0, P(in), P(out), I(n))
+}
+
+// SwiGLU: gu [T][2I] interleaved gate/up fp32 → out [T][I] fp32.
+func (c *Ctx) SwiGLU(gu, out DevicePtr, I_, T int) error {
+	return c.LaunchByName("swiglu_f32", grid1(T*I_), Dim3{256, 1, 1}, 0, P(gu), P(out), I(I_), I(T))
+}
+
+// FillRandomF16 fills n fp16 values with scale*uniform(-1,1) from seed.
+func (c *Ctx) FillRandomF16(w DevicePtr, n int64, seed uint64, scale float32) error {
+	g := Dim3{uint32(min((n+255)/256, 65535)), 1, 1}
+	return c.LaunchByName("fill_random_f16", g, Dim3{256, 1, 1}, 0, P(w), uint64(n), seed, F(scale))
+}
+
+// RopeAppend rotates q and k of qkv [T][(nh+2nkv)*hd] in place at pos[t]
+// (invFreq fp32 [hd/2]) and stores k, v of token t at slot slots[t] of one
+// layer's caches kc, vc [slots][nkv*hd].
+func (c *Ctx) RopeAppend(qkv, pos, slots, invFreq, kc, vc DevicePtr, T, nh, nkv, hd int) error {
+	return c.LaunchByName("rope_append", Dim3{uint32(T), 1, 1}, Dim3{128, 1, 1}, 0,
+		P(qkv), P(pos), P(slots), P(invFreq), P(kc), P(vc), I(nh), I(nkv), I(hd))
+}
+
+// AttnMeta locates, per query token t (device int32 arrays of length T):
+// its keys' slots at SlotList[KVOff[t] : KVOff[t]+KVLen[t]], how many of
+// them are cached (Cached[t]; the rest are new tokens of its request), and
+// MaskOff[t]: -1 for a causal chain, else the word offset into Mask of its
+// ancestor bitmask over the request's new tokens.
+type AttnMeta struct {
+	SlotList, KVOff, KVLen, Cached, MaskOff, Mask DevicePtr
+}
+
+// AttentionHeadDims are the head sizes the attention kernel is built for.
+var AttentionHeadDims = []int{32, 64, 128, 256}
+
+// Attention computes out [T][nh*hd] from q in qkv and one layer's caches.
+func (c *Ctx) Attention(qkv, out, kc, vc DevicePtr, m AttnMeta, T, nh, nkv, hd int, scale float32) error {
+	switch hd {
+	case 32, 64, 128, 256:
+	default:
+		return fmt.Errorf("attention head_dim %d (want 32, 64, 128 or 256): %w", hd, ErrBadArg)
+	}
+	return c.LaunchByName(fmt.Sprintf("attention_hd%d", hd), Dim3{uint32(T), uint32(nh), 1}, Dim3{uint32(max(128, hd)), 1, 1}, 0,
+		P(qkv), P(out), P(kc), P(vc), P(m.SlotList), P(m.KVOff), P(m.KVLen), P(m.Cached), P(m.MaskOff), P(m.Mask),
+		I(nh), I(nkv), F(scale))
+}
+
+// KVGather copies cache[l][src[i]] to tmp[l][i] for i in [0,n), l in [0,L);
+// layerStride is the elements between layers of cache.
+func (c *Ctx) KVGather(cache, tmp, src DevicePtr, n, L, kvdim int, layerStride int64) error {
+	return c.LaunchByName("kv_gather", Dim3{uint32(n), uint32(L), 1}, Dim3{256, 1, 1}, 0,
+		P(cache), P(tmp), P(src), I(n), I(kvdim), uint64(layerStride))
+}
+
+// KVScatter copies tmp[l][i] to cache[l][dst[i]].
+func (c *Ctx) KVScatter(cache, tmp, dst DevicePtr, n, L, kvdim int, layerStride int64) error {
+	return c.LaunchByName("kv_scatter", Dim3{uint32(n), uint32(L), 1}, Dim3{256, 1, 1}, 0,
+		P(cache), P(tmp), P(dst), I(n), I(kvdim), uint64(layerStride))
+}
+
+// ArgmaxRows writes out[r] = argmax of logits [R][V] row r (ties → lowest id).
+func (c *Ctx) ArgmaxRows(logits, out DevicePtr, R, V int) error {
+	return c.LaunchByName("argmax_rows", Dim3{uint32(R), 1, 1}, Dim3{1024, 1, 1}, 0, P(logits), P(out), I(V))
+}
+
+// SampleRows samples one token per row of logits [R][V] with temperature,
+// top-k (0 = off) and top-p (>= 1 = off); u [R] holds uniforms in [0,1).
+func (c *Ctx) SampleRows(logits, u, out DevicePtr, R, V int, temp float32, topk int, topp float32) error {
+	return c.LaunchByName("sample_rows", Dim3{uint32(R), 1, 1}, Dim3{1024, 1, 1}, 0,
+		P(logits), P(u), P(out), I(V), F(temp), I(topk), F(topp))
+}
+
+// CopyBandwidth times iters device-to-device copies of bytes (after one
+// warm-up) with events and returns the median rate in bytes/s, counting
+// bytes read plus bytes written (2*bytes per copy).
+func (c *Ctx) CopyBandwidth(bytes, iters int) (float64, error) {
+	src, err := c.Alloc(bytes)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Free(src)
+	dst, err := c.Alloc(bytes)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Free(dst)
+	if err := c.Memset32(src, 0x3c003c00, bytes/4); err != nil {
+		return 0, err
+	}
+	a, err := c.NewEvent()
+	if err != nil {
+		return 0, err
+	}
+	defer c.DestroyEvent(a)
+	b, err := c.NewEvent()
+	if err != nil {
+		return 0, err
+	}
+	defer c.DestroyEvent(b)
+	if err := c.DtoD(dst, src, bytes); err != nil {
+		return 0, err
+	}
+	ms := make([]float64, 0, iters)
+	for i := 0; i < iters; i++ {
+		if err := c.Record(a); err != nil {
+			return 0, err
+		}
+		if err := c.DtoD(dst, src, bytes); err != nil {
+			return 0, err
+		}
+		if err := c.Record(b); err != nil {
+			return 0, err
+		}
+		t, err := c.ElapsedMs(a, b)
+		if err != nil {
+			return 0, err
+		}
+		ms = append(ms, float64(t))
+	}
+	return 2 * float64(bytes) / (Median(ms) / 1e3), nil
+}
+
+// Median of xs (xs is sorted in place); 0 for none.
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	for i := 1; i < len(xs); i++ {
+		for j := i; j > 0 && xs[j] < xs[j-1]; j-- {
+			xs[j], xs[j-1] = xs[j-1], xs[j]
+		}
+	}
+	return xs[len(xs)/2]
+}
