@@ -1,0 +1,177 @@
+package policy
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestZipfTrace(t *testing.T) {
+	a := ZipfTrace(100, 200000, 1.0, 42)
+	b := ZipfTrace(100, 200000, 1.0, 42)
+	if !slices.Equal(a.Keys, b.Keys) {
+		t.Fatal("same seed, different traces")
+	}
+	if slices.Equal(a.Keys, ZipfTrace(100, 200000, 1.0, 43).Keys) {
+		t.Fatal("different seeds, same trace")
+	}
+	// P(rank r) = (1/(r+1)) / H_100, H_100 = 5.18738; 200k samples give a
+	// standard error below 0.001 for these ranks.
+	h := 0.0
+	for i := 1; i <= 100; i++ {
+		h += 1 / float64(i)
+	}
+	count := map[uint64]int{}
+	for _, k := range a.Keys {
+		if k >= 100 {
+			t.Fatalf("key %d outside 0..99", k)
+		}
+		count[k]++
+	}
+	for _, r := range []uint64{0, 1, 9, 99} {
+		want := 1 / float64(r+1) / h
+		got := float64(count[r]) / float64(len(a.Keys))
+		if math.Abs(got-want) > 0.005 {
+			t.Errorf("rank %d frequency %.4f, want %.4f", r, got, want)
+		}
+	}
+	// α=0.8 is flatter: rank 0 gets 1/Σ(1/i^0.8).
+	z := ZipfTrace(100, 200000, 0.8, 1)
+	s := 0.0
+	for i := 1; i <= 100; i++ {
+		s += math.Pow(float64(i), -0.8)
+	}
+	n0 := 0
+	for _, k := range z.Keys {
+		if k == 0 {
+			n0++
+		}
+	}
+	if got, want := float64(n0)/200000, 1/s; math.Abs(got-want) > 0.005 {
+		t.Errorf("alpha 0.8 rank 0 frequency %.4f, want %.4f", got, want)
+	}
+}
+
+func TestScanTrace(t *testing.T) {
+	tr := ScanTrace(1000, 300000, 1.0, 500, 0.3, 7)
+	if tr.Len() != 300000 {
+		t.Fatalf("len %d", tr.Len())
+	}
+	scans, runs := 0, 0
+	for i, k := range tr.Keys {
+		if k >= scanBase {
+			scans++
+			if i == 0 || tr.Keys[i-1] < scanBase {
+				runs++
+			} else if k != tr.Keys[i-1]+1 && k != scanBase { // consecutive (wrapping)
+				if tr.Keys[i-1]-scanBase != 10*1000-1 {
+					t.Fatalf("request %d: scan key %d does not follow %d", i, k, tr.Keys[i-1])
+				}
+			}
+		} else if k >= 1000 {
+			t.Fatalf("Zipf key %d outside 0..999", k)
+		}
+	}
+	if f := float64(scans) / float64(tr.Len()); math.Abs(f-0.3) > 0.05 {
+		t.Fatalf("scan share %.3f, want about 0.3", f)
+	}
+	if avg := float64(scans) / float64(runs); avg < 400 {
+		t.Fatalf("average scan run %.0f, want about 500", avg)
+	}
+}
+
+func TestLoadTrace(t *testing.T) {
+	in := "# a comment\nalpha\nbeta 100\n\n  alpha  \ngamma 0\n"
+	tr, err := LoadTrace(strings.NewReader(in), "t.txt", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(tr.Keys, []uint64{0, 1, 0, 2}) || !slices.Equal(tr.Sizes, []int64{1, 100, 1, 0}) {
+		t.Fatalf("keys %v sizes %v", tr.Keys, tr.Sizes)
+	}
+	if tr.Distinct() != 3 || tr.Name != "t.txt" {
+		t.Fatalf("distinct %d name %q", tr.Distinct(), tr.Name)
+	}
+	tr, err = LoadTrace(strings.NewReader("x\ny\nx\n"), "plain", 0)
+	if err != nil || tr.Sizes != nil || tr.Size(1) != 1 {
+		t.Fatalf("plain trace: %v %v", err, tr)
+	}
+
+	bad := []struct {
+		in   string
+		want error
+		msg  string
+	}{
+		{"a b c\n", ErrTraceFormat, "bad.txt:1"},
+		{"ok\nk -3\n", ErrTraceFormat, "bad.txt:2"},
+		{"k 1e3\n", ErrTraceFormat, "size"},
+		{strings.Repeat("x", 5000) + "\n", ErrTraceFormat, "bad.txt:1"},
+		{"a\nb\nc\nd\n", ErrTraceTooLong, "more than 3"},
+	}
+	for _, b := range bad {
+		_, err := LoadTrace(strings.NewReader(b.in), "bad.txt", 3)
+		if !errors.Is(err, b.want) || !strings.Contains(err.Error(), b.msg) {
+			t.Errorf("%.20q: error %v, want %v mentioning %q", b.in, err, b.want, b.msg)
+		}
+	}
+	if _, err := LoadTraceFile("testdata/does-not-exist", 0); err == nil {
+		t.Error("missing file loaded")
+	}
+}
+
+func TestSimulate(t *testing.T) {
+	// LRU with room for 2 on a b a c b a: miss miss hit miss(evict b) miss(evict a) miss → 1 hit.
+	tr := &Trace{Name: "hand", Keys: []uint64{1, 2, 1, 3, 2, 1}}
+	r := Simulate(NewLRU[uint64](Capacity{MaxEntries: 2}), tr)
+	if r.Hits != 1 || r.Requests != 6 || math.Abs(r.HitRatio()-1.0/6) > 1e-12 {
+		t.Fatalf("result %+v", r)
+	}
+	if (Result{}).HitRatio() != 0 {
+		t.Fatal("empty ratio")
+	}
+	// Byte capacity uses the trace's sizes: key 2 (size 5) never fits in 4.
+	tr = &Trace{Keys: []uint64{1, 2, 1, 2}, Sizes: []int64{1, 5, 1, 5}}
+	if r := Simulate(NewLRU[uint64](Capacity{MaxBytes: 4}), tr); r.Hits != 1 {
+		t.Fatalf("sized trace: %d hits, want 1", r.Hits)
+	}
+}
+
+func TestRunBench(t *testing.T) {
+	var out bytes.Buffer
+	err := RunBench(&out, []string{"-keys", "2000", "-requests", "20000", "-sizes", "0.01,0.1", "-scan-len", "500"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	for _, want := range []string{"| trace |", "| zipf-0.8 |", "| zipf-1.0 |", "| scan-mix |", "belady |", "wtinylfu"} {
+		if !strings.Contains(s, want) {
+			t.Fatalf("output lacks %q:\n%s", want, s)
+		}
+	}
+	if n := strings.Count(s, "\n| "); n != 6 {
+		t.Fatalf("%d table rows, want 6 (3 traces × 2 sizes):\n%s", n, s)
+	}
+	for _, args := range [][]string{{"-sizes", "0"}, {"-sizes", "x"}, {"-policies", "arc"}, {"-keys", "0"}, {"-nope"}} {
+		if err := RunBench(&out, args); !errors.Is(err, ErrUsage) {
+			t.Errorf("%v: error %v, want ErrUsage", args, err)
+		}
+	}
+}
+
+func TestRunTableBeladyIsUpperBound(t *testing.T) {
+	traces := []*Trace{ZipfTrace(5000, 50000, 0.8, 1), ScanTrace(5000, 50000, 1.0, 1000, 0.3, 2)}
+	rows, err := RunTable(traces, []float64{0.005, 0.05}, TableOrder, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		for _, n := range TableOrder {
+			if r.Ratios[n] > r.Ratios["belady"] || r.Ratios[n] <= 0 {
+				t.Errorf("%s cap %d: %s %.4f vs belady %.4f", r.Trace, r.Capacity, n, r.Ratios[n], r.Ratios["belady"])
+			}
+		}
+	}
+}
