@@ -38,6 +38,9 @@ func parallelFor(threads, n, align int, fn func(lo, hi int)) {
 // weight rows streams past them.
 const tokenTile = 64
 
+// rowBlock is the number of weight rows reused across a token tile.
+const rowBlock = 16
+
 // matmulT computes out[t][o] = sum_k x[t][k] * w[o][k] for t in [0, T),
 // o in [0, outDim): x is [T][in], w is [outDim][in] (nn.Linear layout), out
 // is [T][outDim], all row-major. Work is split over output rows across
@@ -59,20 +62,25 @@ func matmulT(threads int, out, x, w []float32, T, in, outDim int) {
 	parallelFor(threads, outDim, 8, func(olo, ohi int) {
 		for t0 := 0; t0 < T; t0 += tokenTile {
 			t1 := min(t0+tokenTile, T)
-			t := t0
-			for ; t+2 <= t1; t += 2 {
-				x0 := x[t*in : t*in+in]
-				x1 := x[(t+1)*in : (t+1)*in+in]
-				for o := olo; o < ohi; o++ {
-					s0, s1 := dot2(w[o*in:o*in+in], x0, x1)
-					out[t*outDim+o] = s0
-					out[(t+1)*outDim+o] = s1
+			// a block of weight rows stays in L1 while the token tile (in L2) streams past.
+			for ob := olo; ob < ohi; ob += rowBlock {
+				oe := min(ob+rowBlock, ohi)
+				t := t0
+				for ; t+2 <= t1; t += 2 {
+					x0 := x[t*in : t*in+in]
+					x1 := x[(t+1)*in : (t+1)*in+in]
+					r0 := out[t*outDim : (t+1)*outDim]
+					r1 := out[(t+1)*outDim : (t+2)*outDim]
+					for o := ob; o < oe; o++ {
+						r0[o], r1[o] = dot2(w[o*in:o*in+in], x0, x1)
+					}
 				}
-			}
-			for ; t < t1; t++ {
-				xt := x[t*in : t*in+in]
-				for o := olo; o < ohi; o++ {
-					out[t*outDim+o] = dot(w[o*in:o*in+in], xt)
+				for ; t < t1; t++ {
+					xt := x[t*in : t*in+in]
+					rt := out[t*outDim : (t+1)*outDim]
+					for o := ob; o < oe; o++ {
+						rt[o] = dot(w[o*in:o*in+in], xt)
+					}
 				}
 			}
 		}
