@@ -29,7 +29,9 @@ type generateExtension struct {
 
 var generateExtensions []generateExtension
 
-func registerGenerateExtension(e generateExtension) { generateExtensions = append(generateExtensions, e) }
+func registerGenerateExtension(e generateExtension) {
+	generateExtensions = append(generateExtensions, e)
+}
 
 func init() {
 	register("generate", "generate text with a local model on the CPU (--model DIR --prompt TEXT)", runGenerate)
