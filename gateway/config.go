@@ -1,0 +1,487 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/specgate/specgate/cache"
+)
+
+// Config is the whole specgate configuration: one YAML file, then the
+// environment overrides SPECGATE_ADDR, SPECGATE_DATA_DIR and
+// SPECGATE_API_KEYS ("key1=tenantA,key2=tenantB").
+type Config struct {
+	Server    ServerConfig     `yaml:"server"`
+	Auth      AuthConfig       `yaml:"auth"`
+	Models    []ModelConfig    `yaml:"models"`
+	Upstreams []UpstreamConfig `yaml:"upstreams"`
+	Cache     CacheConfig      `yaml:"cache"`
+}
+
+// ServerConfig is the HTTP server section.
+type ServerConfig struct {
+	Addr            string        `yaml:"addr"`
+	DataDir         string        `yaml:"data_dir"`
+	MaxBodyBytes    int           `yaml:"max_body_bytes"`
+	ReadTimeout     time.Duration `yaml:"read_timeout"`
+	IdleTimeout     time.Duration `yaml:"idle_timeout"`
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	MaxN            int           `yaml:"max_n"`
+	LogLevel        string        `yaml:"log_level"`  // debug|info|warn|error
+	LogFormat       string        `yaml:"log_format"` // json|text
+}
+
+// AuthConfig lists API keys. With no keys, requests need no key and belong
+// to the tenant "default".
+type AuthConfig struct {
+	Keys []KeyConfig `yaml:"keys"`
+	// Defaults apply to keys that set no limit of their own (and to
+	// SPECGATE_API_KEYS keys).
+	Defaults Limits `yaml:"defaults"`
+}
+
+// KeyConfig is one API key. Either Key or KeyEnv (the name of an
+// environment variable holding the key) is set.
+type KeyConfig struct {
+	Key    string  `yaml:"key"`
+	KeyEnv string  `yaml:"key_env"`
+	Tenant string  `yaml:"tenant"`
+	Limits *Limits `yaml:"limits"`
+}
+
+// Limits are per-key rate limits; 0 = unlimited.
+type Limits struct {
+	RequestsPerSecond float64 `yaml:"requests_per_second"`
+	Burst             int     `yaml:"burst"`
+	TokensPerMinute   int     `yaml:"tokens_per_minute"`
+}
+
+// ModelConfig is one local model.
+type ModelConfig struct {
+	Name        string            `yaml:"name"`
+	Path        string            `yaml:"path"`    // Hugging Face directory
+	Backend     string            `yaml:"backend"` // cpu|cuda|auto
+	Aliases     []string          `yaml:"aliases"`
+	Draft       string            `yaml:"draft"` // draft model directory (method draft) or Medusa heads (method medusa)
+	Speculative SpeculativeConfig `yaml:"speculative"`
+	KVBlocks    int               `yaml:"kv_blocks"` // 0 = engine default
+	MaxBatch    int               `yaml:"max_batch"` // 0 = engine default
+	// DefaultMaxTokens caps generation when a request gives no max_tokens
+	// (0 = up to the context length, as OpenAI does).
+	DefaultMaxTokens int `yaml:"default_max_tokens"`
+}
+
+// SpeculativeConfig selects the proposer.
+type SpeculativeConfig struct {
+	Method   string `yaml:"method"` // none|draft|medusa
+	K        int    `yaml:"k"`      // draft length (chain) or tree depth
+	Tree     string `yaml:"tree"`   // tree shape, e.g. "4,2,1" (branching per depth)
+	Adaptive bool   `yaml:"adaptive"`
+}
+
+// UpstreamConfig is one OpenAI-compatible server the gateway fronts.
+type UpstreamConfig struct {
+	Name      string            `yaml:"name"`
+	BaseURL   string            `yaml:"base_url"` // e.g. https://api.example.com/v1
+	APIKeyEnv string            `yaml:"api_key_env"`
+	Models    []string          `yaml:"models"`
+	Aliases   map[string]string `yaml:"aliases"` // alias -> upstream model name
+	Timeout   time.Duration     `yaml:"timeout"`
+	Retries   int               `yaml:"retries"`
+	Backoff   time.Duration     `yaml:"backoff"` // first retry delay; doubles each retry
+}
+
+// CacheConfig is the semantic cache section.
+type CacheConfig struct {
+	Enabled  *bool  `yaml:"enabled"`  // default true
+	Store    string `yaml:"store"`    // sqlite|redis
+	Index    string `yaml:"index"`    // hnsw|milvus|redis
+	Embedder string `yaml:"embedder"` // lexical|bert|upstream
+
+	SQLite struct {
+		Path string `yaml:"path"` // default DATA_DIR/cache.db
+	} `yaml:"sqlite"`
+	Redis struct {
+		Addr        string `yaml:"addr"`
+		PasswordEnv string `yaml:"password_env"`
+		DB          int    `yaml:"db"`
+	} `yaml:"redis"`
+	Milvus struct {
+		Addr       string `yaml:"addr"`
+		Collection string `yaml:"collection"`
+	} `yaml:"milvus"`
+	Bert struct {
+		Path string `yaml:"path"`
+	} `yaml:"bert"`
+	UpstreamEmbedder struct {
+		BaseURL   string `yaml:"base_url"`
+		APIKeyEnv string `yaml:"api_key_env"`
+		Model     string `yaml:"model"`
+	} `yaml:"upstream_embedder"`
+	// EmbeddingModel is the model name under which /v1/embeddings serves
+	// the cache's embedder (default "specgate-embed").
+	EmbeddingModel string `yaml:"embedding_model"`
+
+	// Pipeline is the cache package's own configuration: default and
+	// per-tenant thresholds, TTL, capacity and policy, key mode, guard.
+	Pipeline cache.Config `yaml:",inline"`
+}
+
+// CacheEnabled reports whether the cache is on (default true).
+func (c *CacheConfig) CacheEnabled() bool { return c.Enabled == nil || *c.Enabled }
+
+// DefaultModelPath is the shipped target model, served when no config names a model.
+const DefaultModelPath = "models/specgate-target"
+
+// DefaultConfig is what `specgate serve` uses without --config: the shipped
+// target model on CPU at 127.0.0.1:8080 and an SQLite cache in ./data.
+func DefaultConfig() *Config {
+	c := &Config{}
+	c.Models = []ModelConfig{{Name: "specgate-target", Path: DefaultModelPath, Backend: "cpu"}}
+	c.applyDefaults()
+	return c
+}
+
+func (c *Config) applyDefaults() {
+	s := &c.Server
+	if s.Addr == "" {
+		s.Addr = "127.0.0.1:8080"
+	}
+	if s.DataDir == "" {
+		s.DataDir = "./data"
+	}
+	if s.MaxBodyBytes == 0 {
+		s.MaxBodyBytes = 4 << 20
+	}
+	if s.ReadTimeout == 0 {
+		s.ReadTimeout = 60 * time.Second
+	}
+	if s.IdleTimeout == 0 {
+		s.IdleTimeout = 120 * time.Second
+	}
+	if s.ShutdownTimeout == 0 {
+		s.ShutdownTimeout = 30 * time.Second
+	}
+	if s.MaxN == 0 {
+		s.MaxN = 8
+	}
+	if s.LogLevel == "" {
+		s.LogLevel = "info"
+	}
+	if s.LogFormat == "" {
+		s.LogFormat = "json"
+	}
+	for i := range c.Models {
+		m := &c.Models[i]
+		if m.Backend == "" {
+			m.Backend = "auto"
+		}
+		if m.Speculative.Method == "" {
+			if m.Draft != "" {
+				m.Speculative.Method = "draft"
+			} else {
+				m.Speculative.Method = "none"
+			}
+		}
+		if m.Speculative.K == 0 && m.Speculative.Method != "none" {
+			m.Speculative.K = 4
+		}
+	}
+	for i := range c.Upstreams {
+		u := &c.Upstreams[i]
+		if u.Timeout == 0 {
+			u.Timeout = 120 * time.Second
+		}
+		if u.Backoff == 0 {
+			u.Backoff = 100 * time.Millisecond
+		}
+	}
+	cc := &c.Cache
+	if cc.Store == "" {
+		cc.Store = "sqlite"
+	}
+	if cc.Index == "" {
+		cc.Index = "hnsw"
+	}
+	if cc.Embedder == "" {
+		cc.Embedder = "lexical"
+	}
+	if cc.EmbeddingModel == "" {
+		cc.EmbeddingModel = "specgate-embed"
+	}
+	if cc.Pipeline.Default.Threshold == 0 {
+		cc.Pipeline.Default.Threshold = cache.DefaultThreshold
+	}
+	if cc.Pipeline.Default.Policy == "" {
+		cc.Pipeline.Default.Policy = "lru"
+	}
+}
+
+// LoadConfig reads and validates a YAML config file, then applies the
+// environment overrides. Unknown keys are errors that name the key and its
+// line.
+func LoadConfig(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", path, ErrConfig, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, 1<<20+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", path, ErrConfig, err)
+	}
+	if len(data) > 1<<20 {
+		return nil, fmt.Errorf("%s: %w: file exceeds 1 MiB", path, ErrConfig)
+	}
+	c, err := ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseConfig decodes YAML strictly (unknown keys are errors), applies
+// defaults and validates. It does not read the environment; call
+// ApplyEnv for that.
+func ParseConfig(data []byte) (*Config, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	c := &Config{}
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: %s", ErrConfig, cleanYAMLError(err))
+	}
+	c.applyDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// cleanYAMLError turns yaml.v3's "field x not found in type gateway.T" into
+// "unknown key x".
+func cleanYAMLError(err error) string {
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, "yaml: unmarshal errors:\n")
+	lines := strings.Split(msg, "\n")
+	for i, l := range lines {
+		l = strings.TrimSpace(l)
+		if j := strings.Index(l, ": field "); j >= 0 && strings.Contains(l, " not found in type ") {
+			key := l[j+len(": field "):]
+			key = key[:strings.Index(key, " not found in type ")]
+			l = l[:j] + ": unknown key \"" + key + "\""
+		}
+		lines[i] = l
+	}
+	return strings.Join(lines, "; ")
+}
+
+// ApplyEnv applies SPECGATE_ADDR, SPECGATE_DATA_DIR and SPECGATE_API_KEYS
+// from getenv (os.Getenv in production).
+func (c *Config) ApplyEnv(getenv func(string) string) error {
+	if v := getenv("SPECGATE_ADDR"); v != "" {
+		c.Server.Addr = v
+	}
+	if v := getenv("SPECGATE_DATA_DIR"); v != "" {
+		c.Server.DataDir = v
+	}
+	if v := getenv("SPECGATE_API_KEYS"); v != "" {
+		keys, err := ParseAPIKeys(v)
+		if err != nil {
+			return err
+		}
+		c.Auth.Keys = append(c.Auth.Keys, keys...)
+	}
+	return c.Validate()
+}
+
+// ParseAPIKeys parses "key1=tenantA,key2=tenantB".
+func ParseAPIKeys(s string) ([]KeyConfig, error) {
+	var out []KeyConfig
+	for i, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		k, t, ok := strings.Cut(part, "=")
+		k, t = strings.TrimSpace(k), strings.TrimSpace(t)
+		if !ok || k == "" || t == "" {
+			return nil, fmt.Errorf("%w: SPECGATE_API_KEYS entry %d: want key=tenant", ErrConfig, i+1)
+		}
+		out = append(out, KeyConfig{Key: k, Tenant: t})
+	}
+	return out, nil
+}
+
+// Validate checks cross-field rules and names the offending key.
+func (c *Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+	}
+	if _, _, err := net.SplitHostPort(c.Server.Addr); err != nil {
+		return bad("server.addr %q: want HOST:PORT", c.Server.Addr)
+	}
+	if c.Server.MaxBodyBytes < 1024 {
+		return bad("server.max_body_bytes %d: must be at least 1024", c.Server.MaxBodyBytes)
+	}
+	if c.Server.MaxN < 1 || c.Server.MaxN > 128 {
+		return bad("server.max_n %d: must be in [1,128]", c.Server.MaxN)
+	}
+	switch c.Server.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return bad("server.log_level %q: want debug|info|warn|error", c.Server.LogLevel)
+	}
+	switch c.Server.LogFormat {
+	case "json", "text":
+	default:
+		return bad("server.log_format %q: want json|text", c.Server.LogFormat)
+	}
+	names := map[string]string{}
+	claim := func(name, where string) error {
+		if name == "" {
+			return bad("%s: empty model name", where)
+		}
+		if prev, dup := names[name]; dup {
+			return bad("%s: model name %q already used by %s", where, name, prev)
+		}
+		names[name] = where
+		return nil
+	}
+	for i, m := range c.Models {
+		where := fmt.Sprintf("models[%d]", i)
+		if err := claim(m.Name, where+".name"); err != nil {
+			return err
+		}
+		for j, a := range m.Aliases {
+			if err := claim(a, fmt.Sprintf("%s.aliases[%d]", where, j)); err != nil {
+				return err
+			}
+		}
+		if m.Path == "" {
+			return bad("%s.path: required", where)
+		}
+		switch m.Backend {
+		case "cpu", "cuda", "auto":
+		default:
+			return bad("%s.backend %q: want cpu|cuda|auto", where, m.Backend)
+		}
+		switch m.Speculative.Method {
+		case "none":
+		case "draft", "medusa":
+			if m.Draft == "" {
+				return bad("%s.draft: required for speculative.method %s", where, m.Speculative.Method)
+			}
+		default:
+			return bad("%s.speculative.method %q: want none|draft|medusa", where, m.Speculative.Method)
+		}
+		if m.Speculative.K < 0 || m.Speculative.K > 64 {
+			return bad("%s.speculative.k %d: must be in [0,64]", where, m.Speculative.K)
+		}
+		if m.DefaultMaxTokens < 0 {
+			return bad("%s.default_max_tokens %d: must be >= 0", where, m.DefaultMaxTokens)
+		}
+	}
+	for i, u := range c.Upstreams {
+		where := fmt.Sprintf("upstreams[%d]", i)
+		if u.Name == "" {
+			return bad("%s.name: required", where)
+		}
+		pu, err := url.Parse(u.BaseURL)
+		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			return bad("%s.base_url %q: want http(s)://host[/path]", where, u.BaseURL)
+		}
+		if len(u.Models) == 0 && len(u.Aliases) == 0 {
+			return bad("%s.models: list at least one model", where)
+		}
+		for j, m := range u.Models {
+			if err := claim(m, fmt.Sprintf("%s.models[%d]", where, j)); err != nil {
+				return err
+			}
+		}
+		for a, target := range u.Aliases {
+			if err := claim(a, fmt.Sprintf("%s.aliases.%s", where, a)); err != nil {
+				return err
+			}
+			if target == "" {
+				return bad("%s.aliases.%s: empty target model", where, a)
+			}
+		}
+		if u.Retries < 0 || u.Retries > 10 {
+			return bad("%s.retries %d: must be in [0,10]", where, u.Retries)
+		}
+	}
+	tenants := map[string]bool{}
+	keys := map[string]bool{}
+	for i, k := range c.Auth.Keys {
+		where := fmt.Sprintf("auth.keys[%d]", i)
+		if (k.Key == "") == (k.KeyEnv == "") {
+			return bad("%s: set exactly one of key and key_env", where)
+		}
+		if k.Tenant == "" {
+			return bad("%s.tenant: required", where)
+		}
+		if k.Key != "" {
+			if keys[k.Key] {
+				return bad("%s.key: duplicate key", where)
+			}
+			keys[k.Key] = true
+		}
+		tenants[k.Tenant] = true
+		if k.Limits != nil {
+			if err := k.Limits.validate(where + ".limits"); err != nil {
+				return err
+			}
+		}
+	}
+	if err := c.Auth.Defaults.validate("auth.defaults"); err != nil {
+		return err
+	}
+	cc := &c.Cache
+	switch cc.Store {
+	case "sqlite", "redis":
+	default:
+		return bad("cache.store %q: want sqlite|redis", cc.Store)
+	}
+	switch cc.Index {
+	case "hnsw", "milvus", "redis":
+	default:
+		return bad("cache.index %q: want hnsw|milvus|redis", cc.Index)
+	}
+	switch cc.Embedder {
+	case "lexical", "bert", "upstream":
+	default:
+		return bad("cache.embedder %q: want lexical|bert|upstream", cc.Embedder)
+	}
+	if cc.Store == "redis" && cc.Redis.Addr == "" {
+		return bad("cache.redis.addr: required for cache.store redis")
+	}
+	if cc.Index == "milvus" && cc.Milvus.Addr == "" {
+		return bad("cache.milvus.addr: required for cache.index milvus")
+	}
+	if cc.Embedder == "bert" && cc.Bert.Path == "" {
+		return bad("cache.bert.path: required for cache.embedder bert")
+	}
+	if cc.Embedder == "upstream" && cc.UpstreamEmbedder.BaseURL == "" {
+		return bad("cache.upstream_embedder.base_url: required for cache.embedder upstream")
+	}
+	if err := cc.Pipeline.Validate(); err != nil {
+		return fmt.Errorf("%w: cache: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+func (l *Limits) validate(where string) error {
+	if l.RequestsPerSecond < 0 || l.Burst < 0 || l.TokensPerMinute < 0 {
+		return fmt.Errorf("%w: %s: limits must be >= 0", ErrConfig, where)
+	}
+	return nil
+}

@@ -1,0 +1,377 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/specgate/specgate/cache"
+	"github.com/specgate/specgate/engine"
+)
+
+const systemFingerprint = "fp_specgate"
+
+func newCompletionID(ep endpoint) string {
+	id := newRequestID()[4:]
+	if ep == endpointChat {
+		return "chatcmpl-" + id
+	}
+	return "cmpl-" + id
+}
+
+// chatCacheRequest builds the cache's view of a chat request (nil: caching
+// off for it).
+func (s *Server) chatCacheRequest(c *fiber.Ctx, r *ChatCompletionRequest, j *job) *cache.Request {
+	if s.cache == nil {
+		return nil
+	}
+	noCache, noStore := cacheControl(c)
+	cr := &cache.Request{Tenant: tenantOf(c), Model: r.Model, Stream: j.stream, NoCache: noCache, NoStore: noStore,
+		Temperature: float64(j.gen.Sampling.Temperature), Params: commonCacheParams(j)}
+	cr.Params["endpoint"] = "chat"
+	var sys []string
+	for _, m := range r.Messages {
+		text := m.Content.Text
+		if m.Content.Parts != nil {
+			var parts []string
+			for _, p := range m.Content.Parts {
+				if p.Text != nil {
+					parts = append(parts, *p.Text)
+				}
+			}
+			text = strings.Join(parts, "\n")
+		}
+		if m.Role == "system" || m.Role == "developer" {
+			sys = append(sys, text)
+			continue
+		}
+		cr.Messages = append(cr.Messages, cache.Message{Role: m.Role, Content: text})
+	}
+	cr.System = strings.Join(sys, "\n")
+	return cr
+}
+
+// completionCacheRequest builds the cache's view of a completion request:
+// only single text prompts are cached (the prompt is the key text).
+func (s *Server) completionCacheRequest(c *fiber.Ctx, r *CompletionRequest, j *job) *cache.Request {
+	if s.cache == nil || r.Prompt == nil || len(r.Prompt.Texts) != 1 {
+		return nil
+	}
+	noCache, noStore := cacheControl(c)
+	cr := &cache.Request{Tenant: tenantOf(c), Model: r.Model, Stream: j.stream, NoCache: noCache, NoStore: noStore,
+		Temperature: float64(j.gen.Sampling.Temperature), Params: commonCacheParams(j),
+		Messages: []cache.Message{{Role: "user", Content: r.Prompt.Texts[0]}}}
+	cr.Params["endpoint"] = "completions"
+	cr.Params["echo"] = strconv.FormatBool(j.echo[0] != "")
+	return cr
+}
+
+// commonCacheParams are the output-changing parameters hashed into the namespace.
+func commonCacheParams(j *job) map[string]string {
+	sp := j.gen.Sampling
+	p := map[string]string{
+		"max_tokens": strconv.Itoa(j.gen.MaxTokens),
+		"n":          strconv.Itoa(j.n),
+		"top_p":      strconv.FormatFloat(float64(sp.TopP), 'g', -1, 32),
+		"presence":   strconv.FormatFloat(float64(sp.PresencePenalty), 'g', -1, 32),
+		"frequency":  strconv.FormatFloat(float64(sp.FrequencyPenalty), 'g', -1, 32),
+		"logprobs":   strconv.FormatBool(j.logprobs) + "/" + strconv.Itoa(j.topLogprobs),
+	}
+	if len(j.gen.Stop) > 0 {
+		b, _ := json.Marshal(j.gen.Stop)
+		p["stop"] = string(b)
+	}
+	if j.seed != nil {
+		p["seed"] = strconv.FormatInt(*j.seed, 10)
+	}
+	return p
+}
+
+// genOutcome is what a finished generation left behind.
+type genOutcome struct {
+	acc     []*choiceAcc
+	results []engine.Result
+	err     error
+	errIdx  int
+}
+
+// collect runs every choice to the end and accumulates it.
+func collect(ctx context.Context, gen engine.Generator, j *job) genOutcome {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	out := genOutcome{acc: make([]*choiceAcc, j.choices()), results: make([]engine.Result, j.choices())}
+	for i := range out.acc {
+		out.acc[i] = &choiceAcc{}
+	}
+	for ev := range launch(ctx, gen, j) {
+		if !ev.done {
+			out.acc[ev.idx].add(ev.chunk)
+			continue
+		}
+		out.results[ev.idx] = ev.res
+		out.acc[ev.idx].res = ev.res
+		out.acc[ev.idx].finished = true
+		if ev.err != nil && out.err == nil {
+			out.err, out.errIdx = ev.err, ev.idx
+			cancel(ev.err)
+		}
+	}
+	return out
+}
+
+// render builds the non-streaming response body.
+func (j *job) render(id string, created int64, o genOutcome) ([]byte, *Usage) {
+	usage := usageOf(j, o.results)
+	if j.ep == endpointChat {
+		resp := ChatCompletion{ID: id, Object: "chat.completion", Created: created, Model: j.model.Name,
+			SystemFingerprint: systemFingerprint, Usage: usage}
+		for i, a := range o.acc {
+			ch := ChatChoice{Index: i, Message: AssistantMsg{Role: "assistant", Content: a.text.String()}, FinishReason: finishString(a.res.Finish)}
+			if j.logprobs {
+				ch.Logprobs = chatLogprobs(a.tokens, a.top)
+			}
+			resp.Choices = append(resp.Choices, ch)
+		}
+		b, _ := json.Marshal(resp)
+		return b, usage
+	}
+	ub, _ := json.Marshal(usage)
+	resp := Completion{ID: id, Object: "text_completion", Created: created, Model: j.model.Name,
+		SystemFingerprint: systemFingerprint, Usage: ub}
+	for i, a := range o.acc {
+		fr := finishString(a.res.Finish)
+		echo := j.echo[i/j.n]
+		ch := CompletionChoice{Text: echo + a.text.String(), Index: i, FinishReason: &fr}
+		if j.logprobs {
+			ch.Logprobs = completionLogprobs(a.tokens, a.top, len(echo))
+		}
+		resp.Choices = append(resp.Choices, ch)
+	}
+	b, _ := json.Marshal(resp)
+	return b, usage
+}
+
+// runState is what a local generation needs after its handler returned
+// (streams run after the handler, in fasthttp's body writer).
+type runState struct {
+	s       *Server
+	j       *job
+	id      string
+	created int64
+	log     *slog.Logger
+	key     *keyState
+	start   time.Time
+	creq    *cache.Request
+}
+
+// finish records metrics, charges the key's token budget and logs.
+func (r *runState) finish(usage *Usage, outcome string, ttft time.Duration) {
+	m := r.j.model.Name
+	met := r.s.met
+	met.genRequests.WithLabelValues(m, outcome).Inc()
+	if usage != nil {
+		met.tokens.WithLabelValues(m, "prompt").Add(float64(usage.PromptTokens))
+		met.tokens.WithLabelValues(m, "completion").Add(float64(usage.CompletionTokens))
+		if usage.PromptTokensDetails != nil {
+			met.tokens.WithLabelValues(m, "cached_prompt").Add(float64(usage.PromptTokensDetails.CachedTokens))
+		}
+		if sp := usage.Speculative; sp != nil {
+			met.specSteps.WithLabelValues(m).Add(float64(sp.Steps))
+			met.specProposed.WithLabelValues(m).Add(float64(sp.Proposed))
+			met.specAccepted.WithLabelValues(m).Add(float64(sp.Accepted))
+		}
+		if r.key != nil {
+			r.key.charge(usage.TotalTokens, time.Now())
+		}
+	}
+	if ttft > 0 {
+		met.ttft.WithLabelValues(m).Observe(ttft.Seconds())
+	}
+	attrs := []any{"model", m, "tenant", r.j.tenant, "outcome", outcome, "stream", r.j.stream, "n", r.j.n,
+		"duration_ms", float64(time.Since(r.start).Microseconds()) / 1000}
+	if usage != nil {
+		attrs = append(attrs, "prompt_tokens", usage.PromptTokens, "completion_tokens", usage.CompletionTokens,
+			"cached_tokens", usage.PromptTokensDetails.CachedTokens)
+		if usage.Speculative != nil {
+			attrs = append(attrs, "spec_acceptance", usage.Speculative.AcceptanceRate)
+		}
+	}
+	if r.j.user != nil {
+		attrs = append(attrs, "user", *r.j.user)
+	}
+	r.log.Info("generation", attrs...)
+}
+
+func paramOf(j *job) string {
+	if j.ep == endpointChat {
+		return "messages"
+	}
+	return "prompt"
+}
+
+// runLocal serves a validated job: from the cache when it hits, otherwise
+// from the engine, as JSON or as an SSE stream.
+func (s *Server) runLocal(c *fiber.Ctx, j *job, creq *cache.Request) error {
+	rs := &runState{s: s, j: j, id: newCompletionID(j.ep), created: time.Now().Unix(), log: s.logger(c), start: time.Now(), creq: creq}
+	rs.key, _ = c.Locals(localKey).(*keyState)
+	ctx, cancel := context.WithCancelCause(s.baseCtx)
+	watch := watchConn(c.Context().Conn(), func() {
+		s.met.disconnects.Inc()
+		cancel(ErrClientGone)
+	})
+	s.inflight.Add(1)
+	if !j.stream {
+		defer s.inflight.Done()
+		defer cancel(nil)
+		defer watch.stop()
+		return s.runJSON(c, ctx, rs)
+	}
+	if creq != nil {
+		l, err := s.cache.Get(ctx, creq)
+		if err != nil {
+			rs.log.Warn("cache lookup failed", "err", err)
+		}
+		setCacheHeaders(c, l)
+		if l.Hit {
+			watch.stop()
+			cancel(nil)
+			s.inflight.Done()
+			return s.replaySSE(c, rs, l)
+		}
+	}
+	events := launch(ctx, j.model.Generator, j)
+	first, ok := <-events
+	if ok && first.done && first.err != nil {
+		cancel(first.err)
+		for range events {
+		}
+		watch.stop()
+		s.inflight.Done()
+		rs.finish(nil, "error", 0)
+		if errors.Is(first.err, ErrClientGone) {
+			return nil
+		}
+		return engineError(first.err, paramOf(j))
+	}
+	ttft := time.Since(rs.start)
+	setSSEHeaders(c)
+	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer s.inflight.Done()
+		defer watch.stop()
+		defer cancel(nil)
+		sw := &sseWriter{w: w, onFail: func() { cancel(ErrClientGone) }}
+		st := newLocalStream(rs, sw)
+		if ok {
+			st.handle(first)
+		}
+		for ev := range events {
+			st.handle(ev)
+		}
+		usage, outcome := st.end(context.Cause(ctx))
+		rs.finish(usage, outcome, ttft)
+		if outcome == "ok" && creq != nil && s.cache != nil {
+			body, _ := j.render(rs.id, rs.created, genOutcome{acc: st.acc, results: st.results})
+			if err := s.cache.Put(context.Background(), creq, body, float64(usage.CompletionTokens)); err != nil {
+				rs.log.Warn("cache store failed", "err", err)
+			}
+		}
+	})
+	return nil
+}
+
+func setCacheHeaders(c *fiber.Ctx, l cache.Lookup) {
+	for k, v := range l.Headers() {
+		c.Set(k, v)
+	}
+}
+
+func setSSEHeaders(c *fiber.Ctx) {
+	c.Set(fiber.HeaderContentType, "text/event-stream; charset=utf-8")
+	c.Set(fiber.HeaderCacheControl, "no-cache")
+	c.Set(fiber.HeaderConnection, "keep-alive")
+	c.Set("X-Accel-Buffering", "no")
+}
+
+// runJSON serves a non-streaming local request.
+func (s *Server) runJSON(c *fiber.Ctx, ctx context.Context, rs *runState) error {
+	j := rs.j
+	var usage *Usage
+	gen := func(ctx context.Context) ([]byte, float64, error) {
+		o := collect(ctx, j.model.Generator, j)
+		if o.err != nil {
+			return nil, 0, o.err
+		}
+		var body []byte
+		body, usage = j.render(rs.id, rs.created, o)
+		return body, float64(usage.CompletionTokens), nil
+	}
+	var body []byte
+	var err error
+	if rs.creq != nil {
+		var l cache.Lookup
+		l, body, err = s.cache.Do(ctx, rs.creq, gen)
+		setCacheHeaders(c, l)
+		if err == nil && (l.Hit || l.Shared) {
+			body, usage = rewriteCached(body, rs.id, rs.created, l.Hit)
+			outcome := "cache_hit"
+			if !l.Hit {
+				outcome = "shared"
+			}
+			rs.finish(usage, outcome, 0)
+			c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+			return c.Send(body)
+		}
+	} else {
+		body, _, err = gen(ctx)
+	}
+	if err != nil {
+		rs.finish(nil, "error", 0)
+		if cause := context.Cause(ctx); errors.Is(cause, ErrClientGone) {
+			rs.log.Info("client disconnected; generation cancelled")
+			return nil
+		}
+		return engineError(err, paramOf(j))
+	}
+	rs.finish(usage, "ok", 0)
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return c.Send(body)
+}
+
+// rewriteCached gives a stored response a fresh id and created time. On a
+// cache hit every prompt token counts as cached and no speculation ran.
+func rewriteCached(body []byte, id string, created int64, hit bool) ([]byte, *Usage) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return body, nil
+	}
+	m["id"], _ = json.Marshal(id)
+	m["created"], _ = json.Marshal(created)
+	var u *Usage
+	if raw, ok := m["usage"]; ok {
+		u = &Usage{}
+		if json.Unmarshal(raw, u) == nil {
+			if hit {
+				if u.PromptTokensDetails == nil {
+					u.PromptTokensDetails = &PromptTokensDetails{}
+				}
+				u.PromptTokensDetails.CachedTokens = u.PromptTokens
+				u.Speculative = nil
+			}
+			m["usage"], _ = json.Marshal(u)
+		} else {
+			u = nil
+		}
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return body, u
+	}
+	return out, u
+}

@@ -1,0 +1,521 @@
+// Package gateway is specgate's OpenAI-compatible HTTP front end (fiber v2):
+// request and response types in OpenAI's exact shapes, SSE streaming, API
+// keys mapped to tenants with per-key rate limits, routing by model name to
+// local engines or upstream OpenAI-compatible servers, the semantic cache,
+// Prometheus metrics and a dashboard page.
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/specgate/specgate/cache"
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/engine/tokenizer"
+)
+
+// Tokenizer is what the gateway needs from a local model's tokenizer
+// (satisfied by *tokenizer.Tokenizer).
+type Tokenizer interface {
+	Encode(text string, addSpecial bool) []int32
+	Decode(ids []int32, skipSpecial bool) string
+	RenderChat(msgs []tokenizer.Message, addGenerationPrompt bool) (string, error)
+	HasChatTemplate() bool
+}
+
+// KVStats reports a local model's KV memory (satisfied by
+// *engine.BlockManager). Optional; exported as a gauge.
+type KVStats interface {
+	UsedBlocks() int
+	CachedBlocks() int
+	NumBlocks() int
+}
+
+// LocalModel is one model served in-process by the engine.
+type LocalModel struct {
+	Name      string
+	Aliases   []string
+	Generator engine.Generator
+	Tokenizer Tokenizer
+	// ContextLength bounds prompt + completion tokens (0 = unchecked here;
+	// the engine still reports ErrContextLength).
+	ContextLength int
+	// DefaultMaxTokens applies when a request gives no max_tokens (0 = up
+	// to the context length).
+	DefaultMaxTokens int
+	KV               KVStats // may be nil
+	Created          time.Time
+}
+
+// ResponseCache is what the gateway needs from the semantic cache
+// (satisfied by *cache.Cache).
+type ResponseCache interface {
+	Get(ctx context.Context, req *cache.Request) (cache.Lookup, error)
+	Put(ctx context.Context, req *cache.Request, response []byte, cost float64) error
+	Do(ctx context.Context, req *cache.Request, gen cache.Generator) (cache.Lookup, []byte, error)
+}
+
+// Options configure a Server. Config is required; everything else is
+// optional.
+type Options struct {
+	Config *Config
+	Models []*LocalModel
+	Cache  ResponseCache // nil = no response cache
+	// Embedders serve /v1/embeddings by model name (the cache's embedder
+	// under Config.Cache.EmbeddingModel).
+	Embedders map[string]cache.Embedder
+	// Registry receives the gateway's collectors and is served on /metrics;
+	// nil = a new registry. Register the cache's collectors on it too.
+	Registry *prometheus.Registry
+	Logger   *slog.Logger
+	// UpstreamTransport replaces the HTTP transport to upstreams (tests).
+	UpstreamTransport http.RoundTripper
+	// Getenv resolves api_key_env / key_env (nil = os.Getenv).
+	Getenv func(string) string
+}
+
+// Server is the gateway. Create with New, run with Serve, stop with Shutdown.
+type Server struct {
+	cfg      *Config
+	app      *fiber.App
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	met      *metrics
+	cache    ResponseCache
+	embed    map[string]cache.Embedder
+	local    map[string]*LocalModel // by name and alias
+	ups      map[string]*upstreamRoute
+	models   []Model // for /v1/models, sorted by id
+	auth     *authenticator
+	started  time.Time
+	ready    atomic.Bool
+	baseCtx  context.Context
+	abort    context.CancelFunc
+	inflight sync.WaitGroup
+}
+
+type upstreamRoute struct {
+	up     *upstream
+	target string // model name at the upstream
+}
+
+// New builds the server and its routes; it does not listen.
+func New(opts Options) (*Server, error) {
+	if opts.Config == nil {
+		return nil, fmt.Errorf("%w: Options.Config is nil", ErrConfig)
+	}
+	cfg := opts.Config
+	getenv := opts.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	s := &Server{
+		cfg:     cfg,
+		log:     opts.Logger,
+		reg:     opts.Registry,
+		cache:   opts.Cache,
+		embed:   map[string]cache.Embedder{},
+		local:   map[string]*LocalModel{},
+		ups:     map[string]*upstreamRoute{},
+		started: time.Now(),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	if s.reg == nil {
+		s.reg = prometheus.NewRegistry()
+	}
+	s.baseCtx, s.abort = context.WithCancel(context.Background())
+	var err error
+	if s.met, err = newMetrics(s.reg, opts.Models); err != nil {
+		return nil, err
+	}
+	if s.auth, err = newAuthenticator(cfg.Auth, getenv); err != nil {
+		return nil, err
+	}
+	now := time.Now().Unix()
+	addModel := func(id, owner string, created int64) {
+		s.models = append(s.models, Model{ID: id, Object: "model", Created: created, OwnedBy: owner})
+	}
+	for _, m := range opts.Models {
+		if m == nil || m.Generator == nil || m.Tokenizer == nil {
+			return nil, fmt.Errorf("%w: local model %v needs a Generator and a Tokenizer", ErrConfig, m)
+		}
+		created := m.Created.Unix()
+		if m.Created.IsZero() {
+			created = now
+		}
+		for _, name := range append([]string{m.Name}, m.Aliases...) {
+			if _, dup := s.local[name]; dup {
+				return nil, fmt.Errorf("%w: model name %q used twice", ErrConfig, name)
+			}
+			s.local[name] = m
+			addModel(name, "specgate", created)
+		}
+	}
+	for i := range cfg.Upstreams {
+		uc := cfg.Upstreams[i]
+		up, err := newUpstream(uc, getenv, opts.UpstreamTransport)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range uc.Models {
+			if err := s.claim(m); err != nil {
+				return nil, err
+			}
+			s.ups[m] = &upstreamRoute{up: up, target: m}
+			addModel(m, uc.Name, now)
+		}
+		for alias, target := range uc.Aliases {
+			if err := s.claim(alias); err != nil {
+				return nil, err
+			}
+			s.ups[alias] = &upstreamRoute{up: up, target: target}
+			addModel(alias, uc.Name, now)
+		}
+	}
+	for name, e := range opts.Embedders {
+		if err := s.claim(name); err != nil {
+			return nil, err
+		}
+		s.embed[name] = e
+		addModel(name, "specgate", now)
+	}
+	sort.Slice(s.models, func(i, j int) bool { return s.models[i].ID < s.models[j].ID })
+
+	s.app = fiber.New(fiber.Config{
+		AppName:               "specgate",
+		BodyLimit:             cfg.Server.MaxBodyBytes,
+		ReadTimeout:           cfg.Server.ReadTimeout,
+		IdleTimeout:           cfg.Server.IdleTimeout,
+		DisableStartupMessage: true,
+		ErrorHandler:          s.errorHandler,
+		Network:               "tcp",
+	})
+	s.routes()
+	s.ready.Store(true)
+	return s, nil
+}
+
+func (s *Server) claim(name string) error {
+	if _, ok := s.local[name]; ok {
+		return fmt.Errorf("%w: model name %q used twice", ErrConfig, name)
+	}
+	if _, ok := s.ups[name]; ok {
+		return fmt.Errorf("%w: model name %q used twice", ErrConfig, name)
+	}
+	if _, ok := s.embed[name]; ok {
+		return fmt.Errorf("%w: model name %q used twice", ErrConfig, name)
+	}
+	return nil
+}
+
+// App returns the fiber app (for tests and embedding).
+func (s *Server) App() *fiber.App { return s.app }
+
+// Registry returns the metrics registry served on /metrics.
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+// Serve accepts connections on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error { return s.app.Listener(ln) }
+
+// Shutdown stops accepting connections, lets in-flight requests and streams
+// finish until ctx's deadline, then cancels every remaining generation and
+// waits for the handlers to return.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.ready.Store(false)
+	done := make(chan error, 1)
+	go func() { done <- s.app.ShutdownWithContext(ctx) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		s.log.Warn("shutdown deadline reached; cancelling in-flight generations", "err", err)
+	}
+	s.abort()
+	waited := make(chan struct{})
+	go func() { s.inflight.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("%w: handlers still running 5s after cancel", ErrShuttingDown)
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return fmt.Errorf("%w: %w", ErrShuttingDown, err)
+	}
+	return nil
+}
+
+// Locals keys.
+const (
+	localRequestID = "specgate.request_id"
+	localTenant    = "specgate.tenant"
+	localLogger    = "specgate.logger"
+	localKey       = "specgate.key"
+	localModel     = "specgate.model"
+)
+
+func (s *Server) routes() {
+	app := s.app
+	app.Use(s.requestContext)
+	app.Get("/healthz", func(c *fiber.Ctx) error {
+		return c.JSON(fiber.Map{"status": "ok", "uptime_s": int64(time.Since(s.started).Seconds())})
+	})
+	app.Get("/readyz", func(c *fiber.Ctx) error {
+		if !s.ready.Load() {
+			return errUnavailable("shutting down", 0)
+		}
+		return c.JSON(fiber.Map{"status": "ready"})
+	})
+	app.Get("/metrics", s.handleMetrics)
+	app.Get("/stats", s.handleStats)
+	app.Get("/", s.handleDashboard)
+	app.Get("/dashboard", s.handleDashboard)
+
+	v1 := app.Group("/v1", s.authenticate)
+	v1.Post("/chat/completions", s.handleChat)
+	v1.Post("/completions", s.handleCompletions)
+	v1.Post("/embeddings", s.handleEmbeddings)
+	v1.Get("/models", s.handleModels)
+	v1.Get("/models/*", s.handleModel)
+	app.Use(func(c *fiber.Ctx) error {
+		return &APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "unknown_url",
+			Message: fmt.Sprintf("Unknown request URL: %s %s.", c.Method(), c.Path())}
+	})
+}
+
+func newRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "req_" + hex.EncodeToString(b[:])
+}
+
+// validRequestID accepts client ids of at most 128 printable ASCII bytes.
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x21 || id[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// requestContext assigns the request id, echoes it, logs the request and
+// records HTTP metrics.
+func (s *Server) requestContext(c *fiber.Ctx) error {
+	start := time.Now()
+	id := c.Get("X-Request-ID")
+	if !validRequestID(id) {
+		id = newRequestID()
+	}
+	c.Set("X-Request-ID", id)
+	log := s.log.With("request_id", id)
+	c.Locals(localRequestID, id)
+	c.Locals(localLogger, log)
+	s.met.inflight.Inc()
+	err := c.Next()
+	s.met.inflight.Dec()
+	if err != nil {
+		if herr := s.errorHandler(c, err); herr != nil {
+			return herr
+		}
+	}
+	status := c.Response().StatusCode()
+	route := c.Route().Path
+	if route == "/" && c.Path() != "/" {
+		route = "unmatched"
+	}
+	s.met.httpRequests.WithLabelValues(route, strconv.Itoa(status)).Inc()
+	s.met.httpDuration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	lvl := slog.LevelInfo
+	if status >= 500 {
+		lvl = slog.LevelError
+	}
+	if route != "/metrics" && route != "/stats" && route != "/healthz" && route != "/readyz" {
+		attrs := []any{"method", c.Method(), "path", c.Path(), "status", status, "duration_ms", float64(time.Since(start).Microseconds()) / 1000}
+		if t, ok := c.Locals(localTenant).(string); ok {
+			attrs = append(attrs, "tenant", t)
+		}
+		if m, ok := c.Locals(localModel).(string); ok {
+			attrs = append(attrs, "model", m)
+		}
+		log.Log(c.UserContext(), lvl, "request", attrs...)
+	}
+	return nil
+}
+
+// errorHandler renders any error as an OpenAI error body.
+func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
+	var ae *APIError
+	var fe *fiber.Error
+	switch {
+	case errors.As(err, &ae):
+	case errors.As(err, &fe):
+		switch fe.Code {
+		case fiber.StatusRequestEntityTooLarge:
+			ae = errTooLarge(s.cfg.Server.MaxBodyBytes)
+		case fiber.StatusNotFound:
+			ae = &APIError{Status: 404, Type: "invalid_request_error", Code: "unknown_url", Message: fe.Message}
+		case fiber.StatusMethodNotAllowed:
+			ae = &APIError{Status: 405, Type: "invalid_request_error", Code: "method_not_allowed", Message: fe.Message}
+		default:
+			typ := "invalid_request_error"
+			if fe.Code >= 500 {
+				typ = "server_error"
+			}
+			ae = &APIError{Status: fe.Code, Type: typ, Message: fe.Message}
+		}
+	default:
+		s.logger(c).Error("internal error", "err", err)
+		ae = errInternal("The server had an error while processing your request.")
+	}
+	if ae.RetryAfter > 0 {
+		secs := int((ae.RetryAfter + time.Second - 1) / time.Second)
+		c.Set("Retry-After", strconv.Itoa(secs))
+	}
+	if c.Get("X-Request-ID") == "" && len(c.Response().Header.Peek("X-Request-ID")) == 0 {
+		c.Set("X-Request-ID", newRequestID())
+	}
+	body, _ := json.Marshal(ae)
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return c.Status(ae.Status).Send(body)
+}
+
+func (s *Server) logger(c *fiber.Ctx) *slog.Logger {
+	if l, ok := c.Locals(localLogger).(*slog.Logger); ok {
+		return l
+	}
+	return s.log
+}
+
+func (s *Server) handleModels(c *fiber.Ctx) error {
+	return c.JSON(ModelList{Object: "list", Data: s.models})
+}
+
+func (s *Server) handleModel(c *fiber.Ctx) error {
+	id := c.Params("*")
+	for _, m := range s.models {
+		if m.ID == id {
+			return c.JSON(m)
+		}
+	}
+	return errModelNotFound(id)
+}
+
+// modelOnly decodes just the model name and stream flag of a body.
+type modelOnly struct {
+	Model  string `json:"model"`
+	Stream *bool  `json:"stream"`
+}
+
+// route finds where a model name goes. Exactly one of the results is non-nil
+// when err is nil.
+func (s *Server) route(name string) (*LocalModel, *upstreamRoute, *APIError) {
+	if m, ok := s.local[name]; ok {
+		return m, nil, nil
+	}
+	if u, ok := s.ups[name]; ok {
+		return nil, u, nil
+	}
+	if name == "" {
+		return nil, nil, errInvalid("model", "missing_required_parameter", "you must provide a model parameter")
+	}
+	return nil, nil, errModelNotFound(name)
+}
+
+func tenantOf(c *fiber.Ctx) string {
+	if t, ok := c.Locals(localTenant).(string); ok {
+		return t
+	}
+	return "default"
+}
+
+func (s *Server) handleChat(c *fiber.Ctx) error {
+	body := c.Body()
+	var head modelOnly
+	if err := decodeJSON(body, &head); err != nil {
+		return err
+	}
+	c.Locals(localModel, head.Model)
+	lm, ur, aerr := s.route(head.Model)
+	if aerr != nil {
+		return aerr
+	}
+	if ur != nil {
+		return s.proxyChat(c, ur, body, head)
+	}
+	var req ChatCompletionRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return err
+	}
+	job, aerr := s.chatJob(lm, &req)
+	if aerr != nil {
+		return aerr
+	}
+	job.tenant = tenantOf(c)
+	job.user = req.User
+	return s.runLocal(c, job, s.chatCacheRequest(c, &req, job))
+}
+
+func (s *Server) handleCompletions(c *fiber.Ctx) error {
+	body := c.Body()
+	var head modelOnly
+	if err := decodeJSON(body, &head); err != nil {
+		return err
+	}
+	c.Locals(localModel, head.Model)
+	lm, ur, aerr := s.route(head.Model)
+	if aerr != nil {
+		return aerr
+	}
+	if ur != nil {
+		return s.proxy(c, ur, "/completions", body, head.Stream != nil && *head.Stream)
+	}
+	var req CompletionRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return err
+	}
+	job, aerr := s.completionJob(lm, &req)
+	if aerr != nil {
+		return aerr
+	}
+	job.tenant = tenantOf(c)
+	job.user = req.User
+	return s.runLocal(c, job, s.completionCacheRequest(c, &req, job))
+}
+
+// cacheControl reads the request's Cache-Control directives.
+func cacheControl(c *fiber.Ctx) (noCache, noStore bool) {
+	for _, d := range strings.Split(c.Get(fiber.HeaderCacheControl), ",") {
+		switch strings.ToLower(strings.TrimSpace(d)) {
+		case "no-cache":
+			noCache = true
+		case "no-store":
+			noStore = true
+		}
+	}
+	return
+}
