@@ -80,6 +80,10 @@ type GenerateRequest struct {
 	// PrefixSalt separates prefix-cache entries (per tenant), against the
 	// timing side channel. Empty = shared.
 	PrefixSalt string
+	// Speculator overrides the engine's Options.Speculator for this request
+	// (nil = the engine's). NoSpeculation forces plain decoding.
+	Speculator    Speculator
+	NoSpeculation bool
 }
 
 // TokenLogprob is one candidate with its log-probability.

@@ -458,6 +458,12 @@ func (e *Engine) admit(r *request) {
 	r.sampler = r.req.Sampling
 	r.rng = NewRand(r.req.Sampling.Seed)
 	r.spec = e.opts.Speculator
+	if r.req.Speculator != nil {
+		r.spec = r.req.Speculator
+	}
+	if r.req.NoSpeculation {
+		r.spec = nil
+	}
 }
 
 // release frees a request's KV and speculator state (scheduler goroutine).
