@@ -12,7 +12,7 @@ var ErrConfig = errors.New("cache: invalid config")
 // DefaultThreshold is the default cosine threshold of the semantic tier for
 // the built-in lexical embedder, chosen on the train split of
 // testdata/paraphrases.jsonl (see docs/cache.md and `specgate cache-eval`).
-const DefaultThreshold float32 = 0.70
+const DefaultThreshold float32 = 0.55
 
 // NamespaceConfig holds the per-tenant knobs. In Config.Tenants a zero field
 // inherits the value of Config.Default.

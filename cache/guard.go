@@ -2,6 +2,7 @@ package cache
 
 import (
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -13,6 +14,15 @@ const (
 	GuardEntity   = "entity"   // a named entity of one side is absent from the other
 	GuardRole     = "role"     // same words, subject and object (or from/to) swapped
 	GuardAntonym  = "antonym"  // one side says X where the other says its opposite
+	// GuardSubstitution: each side has one or two content words the other
+	// lacks (and no synonym covers them): "area"/"circumference of a circle".
+	GuardSubstitution = "substitution"
+	// GuardQuestion: the questions ask for different kinds of answer
+	// ("How deep is X?" / "Where is X?").
+	GuardQuestion = "question"
+	// GuardModifier: one side narrows a shared noun with a word the other
+	// lacks ("tie" / "bow tie", "chicken" / "raw chicken").
+	GuardModifier = "modifier"
 )
 
 // Guard checks a semantic candidate against the query and returns "" when the
@@ -34,11 +44,20 @@ func Guard(query, cached string) string {
 	if entityMismatch(a, b) || entityMismatch(b, a) {
 		return GuardEntity
 	}
+	if qa, qb := questionType(a), questionType(b); qa != "" && qb != "" && qa != qb && qa != "what" && qb != "what" {
+		return GuardQuestion
+	}
 	if antonymMismatch(a, b) {
 		return GuardAntonym
 	}
 	if roleSwap(a, b) {
 		return GuardRole
+	}
+	if substitution(a, b) {
+		return GuardSubstitution
+	}
+	if modifierAdded(a, b) || modifierAdded(b, a) {
+		return GuardModifier
 	}
 	return ""
 }
@@ -56,7 +75,7 @@ func countNeg(ts []token) int {
 func numbers(ts []token) []string {
 	var out []string
 	for _, t := range ts {
-		if isNumber(t.stem) {
+		if isNumeric(t.stem) {
 			out = append(out, t.stem)
 		}
 	}
@@ -116,48 +135,123 @@ func isCapitalized(s string) bool {
 	return false
 }
 
-// entities are capitalized words that are not sentence-initial, not "I",
-// not a month or weekday (checked as dates), plus all-caps acronyms and
-// words with inner capitals or digits mixed with letters ("iPhone", "GPT4").
-func entities(ts []token) []string {
-	var out []string
-	for _, t := range ts {
-		if t.low == "i" || len(t.low) < 2 || stopwords[t.low] {
-			continue
-		}
-		if _, ok := dateWords[t.low]; ok {
-			continue
-		}
-		named := isCapitalized(t.orig) && !t.first
-		if !named {
-			upper := 0
-			for _, r := range t.orig[1:] {
-				if r >= 'A' && r <= 'Z' {
-					upper++
-				}
-			}
-			named = upper > 0
-		}
-		if named {
-			out = append(out, t.stem)
+// named reports whether t looks like part of a name: capitalized and not
+// sentence-initial (or next to another named word), not "I", not a
+// function word, not a month or weekday (checked as dates); or an acronym or
+// a word with inner capitals ("iPhone", "GPT").
+func named(ts []token, i int) bool {
+	t := ts[i]
+	if t.low == "i" || len(t.low) < 2 || stopwords[t.low] {
+		return false
+	}
+	if _, ok := dateWords[t.low]; ok {
+		return false
+	}
+	for _, r := range t.orig[1:] {
+		if r >= 'A' && r <= 'Z' {
+			return true
 		}
 	}
-	return out
+	if !isCapitalized(t.orig) {
+		return false
+	}
+	if !t.first {
+		return true
+	}
+	// Sentence-initial: a name only when the next word is one too ("New York").
+	return i+1 < len(ts) && isCapitalized(ts[i+1].orig) && !ts[i+1].first && !stopwords[ts[i+1].low]
+}
+
+// entityRuns groups consecutive named words ("United States", "Mount Everest").
+func entityRuns(ts []token) [][]token {
+	var runs [][]token
+	var cur []token
+	for i := range ts {
+		if named(ts, i) {
+			cur = append(cur, ts[i])
+			continue
+		}
+		if cur != nil {
+			runs = append(runs, cur)
+			cur = nil
+		}
+	}
+	if cur != nil {
+		runs = append(runs, cur)
+	}
+	return runs
+}
+
+func initials(run []token) string {
+	var b strings.Builder
+	for _, t := range run {
+		b.WriteString(t.low[:1])
+	}
+	return b.String()
+}
+
+// vocab is the set of lower-cased words and stems of a text, with the
+// initials of its capitalized runs ("United States" → "us").
+func vocab(ts []token) map[string]bool {
+	m := make(map[string]bool, 2*len(ts))
+	for _, t := range ts {
+		m[t.low] = true
+		m[t.stem] = true
+	}
+	for _, r := range entityRuns(ts) {
+		if len(r) > 1 {
+			m[initials(r)] = true
+		}
+	}
+	return m
+}
+
+// mentions reports whether word w (lower case) appears in v, directly or
+// with a short suffix on either side ("africa"/"african",
+// "canada"/"canadian"); the shorter form must have at least 4 letters.
+func mentions(v map[string]bool, w string) bool {
+	if v[w] {
+		return true
+	}
+	for x := range v {
+		short, long := x, w
+		if len(short) > len(long) {
+			short, long = long, short
+		}
+		if len(short) >= 4 && len(long) <= len(short)+3 && strings.HasPrefix(long, short) {
+			return true
+		}
+	}
+	return false
 }
 
 // entityMismatch reports whether a names an entity that b does not mention
-// in any case (b may be written in lower case).
+// in any case (b may be written in lower case). A multi-word name is also
+// mentioned by its initials ("United States" / "US").
 func entityMismatch(a, b []token) bool {
-	words := make(map[string]bool, len(b))
-	for _, t := range b {
-		words[t.stem] = true
-		words[t.low] = true
+	vb := vocab(b)
+	for _, run := range entityRuns(a) {
+		if len(run) > 1 && vb[initials(run)] {
+			continue
+		}
+		for _, t := range run {
+			if !mentions(vb, t.low) && !mentions(vb, t.stem) && !(len(t.low) <= 5 && isAcronymOf(t, b)) {
+				return true
+			}
+		}
 	}
-	for i := 0; i+1 < len(b); i++ { // "New York" vs "newyork" is rare; join neighbours anyway
-		words[b[i].low+b[i+1].low] = true
+	return false
+}
+
+// isAcronymOf reports whether an all-caps t spells the initials of a run of
+// words in b ("US" and "united states").
+func isAcronymOf(t token, b []token) bool {
+	if strings.ToUpper(t.orig) != t.orig || len(t.low) < 2 {
+		return false
 	}
-	for _, e := range entities(a) {
-		if !words[e] {
+	n := len(t.low)
+	for i := 0; i+n <= len(b); i++ {
+		if initials(b[i:i+n]) == t.low {
 			return true
 		}
 	}
@@ -203,12 +297,133 @@ var antonymPairs = [][2]string{
 	{"beginning", "end"}, {"start", "end"}, {"min", "max"}, {"floor", "ceiling"}, {"round up", "round down"},
 }
 
+// moreAntonyms are further common opposites, including irregular forms.
+var moreAntonyms = [][2]string{
+	{"exothermic", "endothermic"}, {"hard", "soft"}, {"thicken", "thin"}, {"raise", "lower"},
+	{"float", "sink"}, {"heat", "cool"}, {"heat", "chill"}, {"least", "greatest"}, {"greatest", "smallest"},
+	{"expand", "contract"}, {"attack", "defend"}, {"arrive", "leave"}, {"come", "go"}, {"give", "take"},
+	{"inhale", "exhale"}, {"ascend", "descend"}, {"include", "exclude"}, {"accept", "decline"},
+	{"succeed", "fail"}, {"pass", "fail"}, {"visible", "invisible"}, {"wide", "narrow"}, {"loud", "quiet"},
+	{"full", "empty"}, {"clean", "dirty"}, {"tight", "loose"}, {"sharp", "dull"}, {"fresh", "stale"},
+	{"urban", "rural"}, {"domestic", "international"}, {"attract", "repel"}, {"push", "pull"},
+	{"on", "off"}, {"won", "lost"}, {"rose", "fell"}, {"bought", "sold"}, {"sent", "received"},
+	{"gave", "took"}, {"came", "went"}, {"arrival", "departure"}, {"import", "export"}, {"win", "lose"},
+	{"winner", "loser"}, {"victory", "defeat"}, {"rise", "decline"}, {"grow", "shrink"},
+	{"increase", "reduce"}, {"increase", "lower"}, {"boost", "reduce"}, {"speed", "slow"},
+	{"tighten", "loosen"}, {"widen", "narrow"}, {"lengthen", "shorten"}, {"strengthen", "weaken"},
+	{"brighten", "dim"}, {"warm", "chill"}, {"shallow", "deep"}, {"dense", "sparse"},
+	{"concave", "convex"}, {"natural", "artificial"}, {"organic", "inorganic"}, {"major", "minor"},
+	{"majority", "minority"}, {"inbound", "outbound"}, {"incoming", "outgoing"}, {"ingress", "egress"},
+	{"read", "write"}, {"reader", "writer"}, {"producer", "consumer"}, {"sender", "receiver"},
+	{"buyer", "seller"}, {"lender", "borrower"}, {"employer", "employee"}, {"teacher", "student"},
+	{"predator", "prey"}, {"host", "guest"}, {"master", "slave"}, {"primary", "secondary"},
+	{"forward", "backward"}, {"forwards", "backwards"}, {"past", "future"}, {"previous", "next"},
+	{"ancient", "modern"}, {"vertical", "horizontal"}, {"senior", "junior"}, {"adult", "child"},
+	{"optimistic", "pessimistic"}, {"happy", "sad"}, {"calm", "anxious"}, {"able", "unable"},
+	{"likely", "unlikely"}, {"lawful", "unlawful"}, {"valid", "invalid"}, {"known", "unknown"},
+}
+
 var antonyms = map[string][]string{}
 
+func addAntonym(x, y string) {
+	if x == y {
+		return
+	}
+	for _, o := range antonyms[x] {
+		if o == y {
+			return
+		}
+	}
+	antonyms[x] = append(antonyms[x], y)
+	antonyms[y] = append(antonyms[y], x)
+}
+
+// inflect returns simple English inflections of a one-word base: plural or
+// third person, past, gerund, comparative and superlative ("hot" → "hotter",
+// "easy" → "easier"). Over-generation is harmless: a form that is not a word
+// never appears in a text.
+func inflect(w string) []string {
+	if strings.ContainsRune(w, ' ') || len(w) < 2 {
+		return nil
+	}
+	out := []string{w}
+	base := w
+	last := w[len(w)-1]
+	vowel := func(c byte) bool { return strings.IndexByte("aeiou", c) >= 0 }
+	switch {
+	case last == 'e':
+		base = w[:len(w)-1]
+		out = append(out, w+"s", w+"d", base+"ing", w+"r", w+"st")
+	case last == 'y' && len(w) > 2 && !vowel(w[len(w)-2]):
+		b := w[:len(w)-1]
+		out = append(out, b+"ies", b+"ied", w+"ing", b+"ier", b+"iest")
+	default:
+		d := w
+		if len(w) >= 3 && !vowel(last) && vowel(w[len(w)-2]) && !vowel(w[len(w)-3]) && strings.IndexByte("wxy", last) < 0 {
+			d = w + string(last) // hot → hott-er, stop → stopp-ed
+		}
+		out = append(out, w+"s", w+"es", w+"ed", d+"ed", w+"ing", d+"ing", w+"er", d+"er", w+"est", d+"est")
+	}
+	return out
+}
+
 func init() {
-	for _, p := range antonymPairs {
-		antonyms[p[0]] = append(antonyms[p[0]], p[1])
-		antonyms[p[1]] = append(antonyms[p[1]], p[0])
+	for _, list := range [][][2]string{antonymPairs, moreAntonyms} {
+		for _, p := range list {
+			addAntonym(p[0], p[1])
+			ix, iy := inflect(p[0]), inflect(p[1])
+			// pair forms of the same slot: index k of both inflection lists
+			// are the same grammatical form when both bases inflect alike;
+			// otherwise pair every form (still only opposite meanings).
+			for _, fx := range ix {
+				for _, fy := range iy {
+					addAntonym(fx, fy)
+				}
+			}
+		}
+	}
+}
+
+// synonymGroups are words that paraphrases swap freely; the substitution
+// check treats members of one group as the same word.
+var synonymGroups = [][]string{
+	{"fix", "repair", "solve", "resolve"}, {"car", "automobile", "vehicle"}, {"kid", "child"},
+	{"buy", "purchase"}, {"begin", "start", "commence"}, {"big", "large", "huge"},
+	{"small", "little", "tiny"}, {"quick", "fast", "rapid", "quickly", "fast"},
+	{"color", "colour"}, {"center", "centre"}, {"holiday", "vacation", "trip"}, {"tyre", "tire"},
+	{"remove", "delete", "erase", "rid", "eliminate"}, {"create", "make", "build", "generate"},
+	{"show", "display", "print"}, {"error", "exception"}, {"method", "way", "approach", "technique"},
+	{"pick", "choose", "select"}, {"cost", "price"}, {"job", "work"}, {"begin", "commence"},
+	{"stop", "halt", "prevent", "avoid"}, {"happen", "occur"}, {"cause", "reason", "why", "make"},
+	{"meaning", "mean", "definition", "define"}, {"explain", "describe"}, {"compute", "calculate", "find", "determine", "get"},
+	{"speak", "talk", "language", "spoken"}, {"live", "population", "reside", "people", "inhabitant"},
+	{"use", "utilize", "employ"}, {"need", "require", "must", "necessary"}, {"allow", "permit", "let"},
+	{"write", "author", "wrote", "written"}, {"invent", "create", "invented"}, {"substitute", "replace", "instead", "alternative"},
+	{"bake", "roast", "cook"}, {"frying", "fry"}, {"quickly", "fast", "rapidly"}, {"slowly", "slow"},
+	{"sum", "add", "total"}, {"odd", "chance", "probability", "likelihood"}, {"composed", "made", "consist"},
+	{"locate", "located", "where"}, {"lot", "high", "rich", "plenty", "many", "much"}, {"contain", "have", "has"},
+	{"keep", "store", "last"}, {"colour", "color"}, {"fall", "autumn"}, {"depth", "deep"},
+	{"distance", "far"}, {"tall", "height", "high"}, {"long", "length"}, {"old", "age"}, {"fast", "speed"},
+	{"wide", "width"}, {"big", "size"}, {"heavy", "weight"}, {"early", "earlier"}, {"teach", "train"},
+	{"frequently", "often"}, {"arrive", "get"}, {"safely", "safe"}, {"home", "homemade", "own"},
+	{"easy", "simple"}, {"great", "good"}, {"necktie", "tie"}, {"stovetop", "stove"},
+	{"medicine", "medication", "drug"}, {"issue", "problem"}, {"clear", "empty"}, {"author", "writer"},
+	{"builder", "built", "build"}, {"form", "plural"},
+	{"disk", "storage", "drive", "space"}, {"laptop", "computer", "pc"}, {"phone", "smartphone", "mobile"},
+}
+
+// synonyms maps a word or stem to the groups it belongs to.
+var synonyms = map[string][]int{}
+
+func init() {
+	for i, g := range synonymGroups {
+		for _, w := range g {
+			for _, f := range []string{w, stem(w)} {
+				if n := len(synonyms[f]); n == 0 || synonyms[f][n-1] != i {
+					synonyms[f] = append(synonyms[f], i)
+				}
+			}
+		}
 	}
 }
 
@@ -244,6 +459,140 @@ func wordSet(ts []token) map[string]bool {
 	return m
 }
 
+// substitution reports whether each side has content words that the other
+// lacks, at most two each, none matched by a synonym or a shared prefix:
+// the shape of "same question about a different thing" ("rice"/"quinoa",
+// "area"/"circumference"). Additions on one side only ("please", "in
+// Python") are not substitutions.
+func substitution(a, b []token) bool {
+	da, db := onlyIn(a, b), onlyIn(b, a)
+	if len(da) == 0 || len(db) == 0 || len(da) > 2 || len(db) > 2 {
+		return false
+	}
+	for _, x := range da {
+		for _, y := range db {
+			for _, gx := range synonyms[x] {
+				for _, gy := range synonyms[y] {
+					if gx == gy {
+						return false
+					}
+				}
+			}
+		}
+	}
+	return true
+}
+
+// modifierAdded reports whether b puts a content word m, absent from a (also
+// as a synonym), right before a content word n that a has without any
+// content word before it.
+func modifierAdded(a, b []token) bool {
+	va := vocab(a)
+	bare := map[string]bool{}
+	for i, t := range a {
+		if isContent(t) && (i == 0 || !isContent(a[i-1])) {
+			bare[t.stem] = true
+		}
+	}
+	for i := 0; i+1 < len(b); i++ {
+		m, n := b[i], b[i+1]
+		if !isContent(m) || !isContent(n) || isNumeric(m.stem) || !bare[n.stem] || mentions(va, m.low) || mentions(va, m.stem) {
+			continue
+		}
+		if hasSynonymIn(m.stem, a) || hasSynonymIn(m.low, a) {
+			continue
+		}
+		return true
+	}
+	return false
+}
+
+func hasSynonymIn(w string, ts []token) bool {
+	for _, g := range synonyms[w] {
+		for _, t := range ts {
+			for _, h := range synonyms[t.stem] {
+				if g == h {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// onlyIn returns the content stems of a that b does not mention.
+func onlyIn(a, b []token) []string {
+	vb := vocab(b)
+	var out []string
+	seen := map[string]bool{}
+	for _, t := range a {
+		if !isContent(t) || isNumeric(t.stem) || len(t.stem) < 2 || seen[t.stem] {
+			continue
+		}
+		seen[t.stem] = true
+		if !mentions(vb, t.low) && !mentions(vb, t.stem) {
+			out = append(out, t.stem)
+		}
+	}
+	return out
+}
+
+var measureWords = map[string]bool{}
+
+func init() {
+	for _, w := range strings.Fields("many much long often frequently early late soon fast far deep tall big old high heavy large hot cold wide small short cheap expensive") {
+		measureWords[w] = true
+	}
+}
+
+var auxiliaries = map[string]bool{}
+
+func init() {
+	for _, w := range strings.Fields("is are was were am can could do does did should would will shall has have had may might must") {
+		auxiliaries[w] = true
+	}
+}
+
+// questionType classifies what kind of answer a text asks for, from its
+// first question word: "what" (what/which, compatible with every type),
+// "who", "when", "where", "why", "measure" (how many/much/long/far...),
+// "how" (manner), "yesno" (starts with an auxiliary), or "" (unknown).
+func questionType(ts []token) string {
+	for i, t := range ts {
+		switch t.low {
+		case "what", "which":
+			return "what"
+		case "who", "whom", "whose":
+			return "who"
+		case "when":
+			return "when"
+		case "where":
+			return "where"
+		case "why":
+			return "why"
+		case "how":
+			if i+1 < len(ts) && measureWords[ts[i+1].low] {
+				return "measure"
+			}
+			return "how"
+		}
+	}
+	if len(ts) > 0 && auxiliaries[ts[0].low] {
+		return "yesno"
+	}
+	return ""
+}
+
+// symmetricPredicates make the order of their arguments irrelevant
+// ("connect A to B" = "connect B to A").
+var symmetricPredicates = map[string]bool{}
+
+func init() {
+	for _, w := range strings.Fields("connect connection compare comparison combine mix pair link join match sync similar same equal differ difference marry married meet swap exchange distance") {
+		symmetricPredicates[stem(w)] = true
+	}
+}
+
 var symmetric = map[string]bool{"and": true, "or": true, "vs": true, "versus": true, "with": true, "between": true, "&": true, "plus": true, "times": true}
 
 // roleSwap reports whether two content words x, y that occur once in both
@@ -252,10 +601,17 @@ var symmetric = map[string]bool{"and": true, "or": true, "vs": true, "versus": t
 // "Fahrenheit to Celsius"). Symmetric connectives (and, or, vs, with) do not
 // count as v, so "TCP and UDP" / "UDP and TCP" is not a swap.
 func roleSwap(a, b []token) bool {
+	for _, ts := range [][]token{a, b} {
+		for _, t := range ts {
+			if symmetricPredicates[t.stem] {
+				return false
+			}
+		}
+	}
 	pa, pb := positions(a), positions(b)
 	var shared []string
 	for w, i := range pa {
-		if j, ok := pb[w]; ok && i >= 0 && j >= 0 {
+		if _, ok := pb[w]; ok && i >= 0 {
 			shared = append(shared, w)
 		}
 	}
@@ -270,8 +626,9 @@ func roleSwap(a, b []token) bool {
 				continue
 			}
 			for _, v := range shared {
-				if v == x || v == y || symmetric[v] {
-					continue
+				base := strings.SplitN(v, "#", 2)[0]
+				if v == x || v == y || symmetric[base] || !strings.HasSuffix(v, "#0") || pa[base+"#1"] != 0 || pb[base+"#1"] != 0 {
+					continue // v must be a non-symmetric word occurring once in each
 				}
 				if pa[x] < pa[v] && pa[v] < pa[y] && pb[y] < pb[v] && pb[v] < pb[x] {
 					return true
@@ -282,15 +639,15 @@ func roleSwap(a, b []token) bool {
 	return false
 }
 
-// positions maps each stem to its index, or -1 when it occurs more than once.
+// positions maps each stem, suffixed with its occurrence number ("dog#1" is
+// the second "dog"), to its index.
 func positions(ts []token) map[string]int {
 	m := make(map[string]int, len(ts))
+	seen := map[string]int{}
 	for i, t := range ts {
-		if _, dup := m[t.stem]; dup {
-			m[t.stem] = -1
-			continue
-		}
-		m[t.stem] = i
+		k := t.stem + "#" + strconv.Itoa(seen[t.stem])
+		seen[t.stem]++
+		m[k] = i
 	}
 	return m
 }

@@ -126,14 +126,47 @@ func stem(w string) string {
 	if d, ok := numberWords[w]; ok {
 		return d
 	}
+	if o := ordinal(w); o != "" {
+		return o
+	}
 	if isNumber(w) {
 		if f, err := strconv.ParseFloat(w, 64); err == nil {
 			return strconv.FormatFloat(f, 'g', -1, 64)
 		}
 		return w
 	}
+	b := suffixStrip(w)
+	if len(b) > 3 && b[len(b)-1] == 'e' && !strings.HasSuffix(b, "ee") {
+		b = b[:len(b)-1] // handle/handled → handl
+	}
+	return b
+}
+
+// ordinal maps "1st", "2nd", "12th" and the words first…tenth to "#1" … so
+// that different ordinals never look equal; "" when w is not one.
+func ordinal(w string) string {
+	if o, ok := ordinalWords[w]; ok {
+		return o
+	}
+	if len(w) > 2 {
+		d, suf := w[:len(w)-2], w[len(w)-2:]
+		if (suf == "st" || suf == "nd" || suf == "rd" || suf == "th") && isNumber(d) {
+			return "#" + d
+		}
+	}
+	return ""
+}
+
+var ordinalWords = map[string]string{
+	"first": "#1", "second": "#2", "third": "#3", "fourth": "#4", "fifth": "#5",
+	"sixth": "#6", "seventh": "#7", "eighth": "#8", "ninth": "#9", "tenth": "#10",
+}
+
+func suffixStrip(w string) string {
 	n := len(w)
 	switch {
+	case n > 5 && strings.HasSuffix(w, "ly") && !strings.HasSuffix(w, "ily"):
+		return w[:n-2] // naturally → natural, slowly → slow
 	case n > 4 && strings.HasSuffix(w, "ies"):
 		return w[:n-3] + "y"
 	case n > 5 && (strings.HasSuffix(w, "sses") || strings.HasSuffix(w, "ches") || strings.HasSuffix(w, "shes") || strings.HasSuffix(w, "xes")):
@@ -154,6 +187,11 @@ func stem(w string) string {
 		return b
 	}
 	return w
+}
+
+// isNumeric reports whether a stem is a number or an ordinal.
+func isNumeric(stem string) bool {
+	return isNumber(stem) || (len(stem) > 1 && stem[0] == '#' && isNumber(stem[1:]))
 }
 
 func isNumber(w string) bool {
@@ -182,7 +220,7 @@ func init() {
 	all each every both either more most much many such own same other another get got give tell explain show
 	please help want need know like way best good thing something someone anything one's s t ll re ve d m
 	up down out over under again further once only really quite there's let lets make made use using used
-	difference between vs versus per via`) {
+	difference between vs versus per via whether`) {
 		stopwords[w] = true
 	}
 }
