@@ -1,0 +1,190 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"unicode"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// maxDepth bounds nesting of Sequence components.
+const maxDepth = 8
+
+// normalizer transforms a string piece (one split between added tokens).
+type normalizer interface {
+	normalize(s string) string
+}
+
+type normSeq []normalizer
+
+func (n normSeq) normalize(s string) string {
+	for _, x := range n {
+		s = x.normalize(s)
+	}
+	return s
+}
+
+type normForm struct{ f norm.Form }
+
+func (n normForm) normalize(s string) string { return n.f.String(s) }
+
+type normLower struct{}
+
+func (normLower) normalize(s string) string { return strings.ToLower(s) }
+
+type normPrepend struct{ p string }
+
+func (n normPrepend) normalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return n.p + s
+}
+
+// replacer is shared by the Replace normalizer and the Replace decoder.
+type replacer struct {
+	lit     string
+	re      *regexp.Regexp
+	content string
+}
+
+func (r replacer) replace(s string) string {
+	if r.re != nil {
+		return r.re.ReplaceAllLiteralString(s, r.content)
+	}
+	if r.lit == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, r.lit, r.content)
+}
+
+func (r replacer) normalize(s string) string { return r.replace(s) }
+
+type normStrip struct{ left, right bool }
+
+func (n normStrip) normalize(s string) string {
+	if n.left {
+		s = strings.TrimLeftFunc(s, unicode.IsSpace)
+	}
+	if n.right {
+		s = strings.TrimRightFunc(s, unicode.IsSpace)
+	}
+	return s
+}
+
+type normByteLevel struct{}
+
+func (normByteLevel) normalize(s string) string { return byteLevelMap(s) }
+
+type typed struct {
+	Type string `json:"type"`
+}
+
+func componentType(r json.RawMessage, field string) (string, error) {
+	var t typed
+	if err := json.Unmarshal(r, &t); err != nil {
+		return "", errf(ErrFormat, field, "%v", err)
+	}
+	if t.Type == "" {
+		return "", errf(ErrFormat, field+".type", "missing")
+	}
+	return t.Type, nil
+}
+
+func parseReplace(r json.RawMessage, field string) (replacer, error) {
+	var v struct {
+		Pattern struct {
+			String *string `json:"String"`
+			Regex  *string `json:"Regex"`
+		} `json:"pattern"`
+		Content *string `json:"content"`
+	}
+	if err := json.Unmarshal(r, &v); err != nil {
+		return replacer{}, errf(ErrFormat, field, "%v", err)
+	}
+	if v.Content == nil {
+		return replacer{}, errf(ErrFormat, field+".content", "missing")
+	}
+	rep := replacer{content: *v.Content}
+	switch {
+	case v.Pattern.String != nil:
+		rep.lit = *v.Pattern.String
+	case v.Pattern.Regex != nil:
+		re, err := regexp.Compile(*v.Pattern.Regex)
+		if err != nil {
+			return replacer{}, errf(ErrUnsupported, field+".pattern.Regex", "%v", err)
+		}
+		rep.re = re
+	default:
+		return replacer{}, errf(ErrFormat, field+".pattern", "want String or Regex")
+	}
+	return rep, nil
+}
+
+func parseNormalizer(r json.RawMessage, field string, depth int) (normalizer, error) {
+	if isNull(r) {
+		return nil, nil
+	}
+	if depth > maxDepth {
+		return nil, errf(ErrFormat, field, "nested deeper than %d", maxDepth)
+	}
+	typ, err := componentType(r, field)
+	if err != nil {
+		return nil, err
+	}
+	switch typ {
+	case "Sequence":
+		var v struct {
+			Normalizers []json.RawMessage `json:"normalizers"`
+		}
+		if err := json.Unmarshal(r, &v); err != nil {
+			return nil, errf(ErrFormat, field, "%v", err)
+		}
+		var seq normSeq
+		for i, x := range v.Normalizers {
+			n, err := parseNormalizer(x, fmt.Sprintf("%s.normalizers[%d]", field, i), depth+1)
+			if err != nil {
+				return nil, err
+			}
+			if n != nil {
+				seq = append(seq, n)
+			}
+		}
+		return seq, nil
+	case "NFC":
+		return normForm{norm.NFC}, nil
+	case "NFD":
+		return normForm{norm.NFD}, nil
+	case "NFKC":
+		return normForm{norm.NFKC}, nil
+	case "NFKD":
+		return normForm{norm.NFKD}, nil
+	case "Lowercase":
+		return normLower{}, nil
+	case "Prepend":
+		var v struct {
+			Prepend *string `json:"prepend"`
+		}
+		if err := json.Unmarshal(r, &v); err != nil || v.Prepend == nil {
+			return nil, errf(ErrFormat, field+".prepend", "missing or not a string")
+		}
+		return normPrepend{*v.Prepend}, nil
+	case "Replace":
+		return parseReplace(r, field)
+	case "Strip":
+		var v struct {
+			Left  bool `json:"strip_left"`
+			Right bool `json:"strip_right"`
+		}
+		if err := json.Unmarshal(r, &v); err != nil {
+			return nil, errf(ErrFormat, field, "%v", err)
+		}
+		return normStrip{v.Left, v.Right}, nil
+	case "ByteLevel":
+		return normByteLevel{}, nil
+	}
+	return nil, errf(ErrUnsupported, field+".type", "normalizer %q", typ)
+}
