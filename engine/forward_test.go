@@ -441,3 +441,48 @@ func TestMatmulT(t *testing.T) {
 		}
 	}
 }
+
+// TestForkCopyOnWrite: two forks of a sequence ending mid-block continue
+// with different tokens; each matches the reference and neither disturbs the other.
+func TestForkCopyOnWrite(t *testing.T) {
+	cfg := testConfigs()["gqa"]
+	m := NewRandomModel(cfg, 13, LoadOptions{KVTokens: 256, BlockSize: 4, Threads: 2, DisablePrefixCache: true})
+	V := cfg.VocabSize
+	prefix := []int32{4, 8, 15, 16, 23, 42}
+	a := m.NewSequence()
+	if _, err := a.Forward(prefix, nil, []int32{}); err != nil {
+		t.Fatal(err)
+	}
+	used := m.KV().UsedBlocks()
+	b := a.Fork()
+	if m.KV().UsedBlocks() != used {
+		t.Fatal("fork allocated blocks")
+	}
+	la, err := a.Forward([]int32{1, 2, 3}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.Forward([]int32{7}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ra := refForward(cfg, m.Weights, append(append([]int32(nil), prefix...), 1, 2, 3))
+	rb := refForward(cfg, m.Weights, append(append([]int32(nil), prefix...), 7))
+	if d := maxDiff(t, la[2*V:], ra[8]); d > 1e-3 {
+		t.Fatalf("fork a: %g", d)
+	}
+	if d := maxDiff(t, lb, rb[6]); d > 1e-3 {
+		t.Fatalf("fork b: %g", d)
+	}
+	// a's next token still sees its own KV (b's write went to a copy).
+	la2, _ := a.Forward([]int32{9}, nil, nil)
+	ra2 := refForward(cfg, m.Weights, append(append([]int32(nil), prefix...), 1, 2, 3, 9))
+	if d := maxDiff(t, la2, ra2[9]); d > 1e-3 {
+		t.Fatalf("fork a after b wrote: %g", d)
+	}
+	a.Free()
+	b.Free()
+	if m.KV().UsedBlocks() != 0 {
+		t.Fatalf("%d blocks used after freeing both forks", m.KV().UsedBlocks())
+	}
+}
