@@ -370,6 +370,8 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
                                               int nkv, float scale) {                                        \
     attention<HD>(qkv, out, kc, vc, slot_list, kvoff, kvlen, cached, maskoff, mask, nh, nkv, scale);         \
   }
+ATTN_INST(8)
+ATTN_INST(16)
 ATTN_INST(32)
 ATTN_INST(64)
 ATTN_INST(128)

@@ -119,14 +119,14 @@ type AttnMeta struct {
 }
 
 // AttentionHeadDims are the head sizes the attention kernel is built for.
-var AttentionHeadDims = []int{32, 64, 128, 256}
+var AttentionHeadDims = []int{8, 16, 32, 64, 128, 256}
 
 // Attention computes out [T][nh*hd] from q in qkv and one layer's caches.
 func (c *Ctx) Attention(qkv, out, kc, vc DevicePtr, m AttnMeta, T, nh, nkv, hd int, scale float32) error {
 	switch hd {
-	case 32, 64, 128, 256:
+	case 8, 16, 32, 64, 128, 256:
 	default:
-		return fmt.Errorf("attention head_dim %d (want 32, 64, 128 or 256): %w", hd, ErrBadArg)
+		return fmt.Errorf("attention head_dim %d (want 8, 16, 32, 64, 128 or 256): %w", hd, ErrBadArg)
 	}
 	return c.LaunchByName(fmt.Sprintf("attention_hd%d", hd), Dim3{uint32(T), uint32(nh), 1}, Dim3{uint32(max(128, hd)), 1, 1}, 0,
 		P(qkv), P(out), P(kc), P(vc), P(m.SlotList), P(m.KVOff), P(m.KVLen), P(m.Cached), P(m.MaskOff), P(m.Mask),

@@ -91,9 +91,9 @@ func New(cfg engine.Config, w *engine.Weights, opt Options) (*Backend, error) {
 			cfg.HiddenSize, cfg.IntermediateSize, cfg.QDim(), engine.ErrBadConfig)
 	}
 	switch cfg.HeadDim {
-	case 32, 64, 128, 256:
+	case 8, 16, 32, 64, 128, 256:
 	default:
-		return nil, fmt.Errorf("cuda backend: head_dim %d unsupported (32, 64, 128, 256): %w", cfg.HeadDim, engine.ErrBadConfig)
+		return nil, fmt.Errorf("cuda backend: head_dim %d unsupported (8, 16, 32, 64, 128, 256): %w", cfg.HeadDim, engine.ErrBadConfig)
 	}
 	if w == nil && !opt.Random {
 		return nil, fmt.Errorf("cuda backend: no weights: %w", engine.ErrBadWeights)

@@ -162,10 +162,9 @@ func (b *Backend) Forward(reqs []*engine.ForwardRequest) error {
 			if i+1 < len(reqs) {
 				r1 = fb.reqRows[i+1]
 			}
-			need := (r1 - r0) * V
-			if cap(r.Logits) >= need {
-				r.Logits = r.Logits[:need]
-			} else {
+			// Like the CPU backend, write into the caller's buffer; allocate
+			// one only when it is too short.
+			if need := (r1 - r0) * V; len(r.Logits) < need {
 				r.Logits = make([]float32, need)
 			}
 			copy(r.Logits, all[r0*V:r1*V])

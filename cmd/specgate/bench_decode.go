@@ -1,0 +1,189 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/engine/cuda"
+	"github.com/specgate/specgate/kernels"
+)
+
+func init() {
+	register("bench-decode", "batch-1 decode tokens/s of a model shape on cuda or cpu, with the bandwidth roofline", runBenchDecode)
+}
+
+// benchShapes are the named architectures bench-decode knows.
+var benchShapes = map[string]engine.Config{
+	"tinyllama-1.1b": {HiddenSize: 2048, IntermediateSize: 5632, NumLayers: 22, NumHeads: 32, NumKVHeads: 4, HeadDim: 64,
+		RMSNormEps: 1e-5, RopeTheta: 10000, RopeScaling: engine.RopeScaling{Type: engine.RopeDefault}, MaxPositions: 2048,
+		VocabSize: 32000, BOS: 1, EOS: []int32{2}},
+	"tiny": {HiddenSize: 256, IntermediateSize: 688, NumLayers: 4, NumHeads: 4, NumKVHeads: 2, HeadDim: 64,
+		RMSNormEps: 1e-5, RopeTheta: 10000, RopeScaling: engine.RopeScaling{Type: engine.RopeDefault}, MaxPositions: 2048,
+		VocabSize: 4096, BOS: 1, EOS: []int32{2}},
+}
+
+func runBenchDecode(args []string) error {
+	fs := flag.NewFlagSet("bench-decode", flag.ContinueOnError)
+	backend := fs.String("backend", "cuda", "cuda, cpu or auto (cuda, else cpu)")
+	shape := fs.String("shape", "tinyllama-1.1b", "model shape: "+strings.Join(shapeNames(), ", "))
+	random := fs.Bool("random-weights", false, "use random weights of the shape (required; real checkpoints: use --model)")
+	model := fs.String("model", "", "HF model directory instead of a shape")
+	prompt := fs.Int("prompt", 32, "prompt tokens (prefilled, not timed)")
+	tokens := fs.Int("tokens", 256, "decode steps timed")
+	warmup := fs.Int("warmup", 8, "decode steps before timing")
+	graphs := fs.Bool("graphs", true, "cuda: replay decode steps as CUDA graphs")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *prompt < 1 || *tokens < 1 || *warmup < 0 || *prompt+*tokens+*warmup > 1<<16 {
+		return fmt.Errorf("bench-decode: --prompt, --tokens must be >= 1 and the total <= 65536")
+	}
+	var cfg engine.Config
+	var w *engine.Weights
+	switch {
+	case *model != "":
+		var err error
+		if cfg, err = engine.LoadConfig(*model); err != nil {
+			return err
+		}
+		if w, err = engine.LoadWeights(*model, cfg); err != nil {
+			return err
+		}
+	case *random:
+		c, ok := benchShapes[*shape]
+		if !ok {
+			return fmt.Errorf("bench-decode: unknown --shape %q (have %s)", *shape, strings.Join(shapeNames(), ", "))
+		}
+		cfg = c
+	default:
+		return fmt.Errorf("bench-decode: give --random-weights (with --shape) or --model DIR")
+	}
+	slots := *prompt + *tokens + *warmup + 8
+	var be engine.Backend
+	var gpu *cuda.Backend
+	var err error
+	if *backend == "cuda" || *backend == "auto" {
+		gpu, err = cuda.New(cfg, w, cuda.Options{NumSlots: slots, Random: w == nil, Seed: 1, NoGraphs: !*graphs})
+		if err != nil && *backend == "cuda" {
+			return err
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench-decode: no CUDA (%v); using cpu\n", err)
+		} else {
+			be = gpu
+		}
+	}
+	if be == nil {
+		if w == nil {
+			w = engine.RandomWeights(cfg, 1)
+		}
+		if be, err = engine.NewCPUBackend(cfg, w, slots, 0); err != nil {
+			return err
+		}
+	}
+	defer be.Close()
+
+	r := rand.New(rand.NewPCG(1, 2))
+	V := cfg.VocabSize
+	toks := make([]int32, *prompt)
+	for i := range toks {
+		toks[i] = int32(r.IntN(V))
+	}
+	all := make([]int32, slots)
+	for i := range all {
+		all[i] = int32(i)
+	}
+	pre := &engine.ForwardRequest{Tokens: toks, Positions: all[:*prompt], Slots: all[:*prompt],
+		LogitsRows: []int32{int32(*prompt - 1)}, Logits: make([]float32, V)}
+	t0 := time.Now()
+	if err := be.Forward([]*engine.ForwardRequest{pre}); err != nil {
+		return err
+	}
+	prefill := time.Since(t0)
+	next := argmaxF32(pre.Logits)
+	n := *prompt
+	step := func() error {
+		q := &engine.ForwardRequest{CachedSlots: all[:n], Tokens: []int32{next}, Positions: all[n : n+1], Slots: all[n : n+1], Logits: pre.Logits}
+		if err := be.Forward([]*engine.ForwardRequest{q}); err != nil {
+			return err
+		}
+		next = argmaxF32(q.Logits)
+		n++
+		return nil
+	}
+	for i := 0; i < *warmup; i++ {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	per := make([]float64, 0, *tokens)
+	start := time.Now()
+	for i := 0; i < *tokens; i++ {
+		s := time.Now()
+		if err := step(); err != nil {
+			return err
+		}
+		per = append(per, time.Since(s).Seconds())
+	}
+	total := time.Since(start).Seconds()
+	sort.Float64s(per)
+	tps := float64(*tokens) / total
+	name := *shape
+	if *model != "" {
+		name = *model
+	}
+	fmt.Printf("bench-decode: shape %s, %d layers, hidden %d, intermediate %d, heads %d/%d, vocab %d\n",
+		name, cfg.NumLayers, cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHeads, cfg.NumKVHeads, V)
+	fmt.Printf("prefill %d tokens: %.2f ms\n", *prompt, prefill.Seconds()*1e3)
+	fmt.Printf("decode: %d tokens in %.3f s: %.1f tokens/s (median step %.3f ms, p90 %.3f ms), context %d..%d\n",
+		*tokens, total, tps, per[len(per)/2]*1e3, per[len(per)*9/10]*1e3, *prompt+*warmup, n)
+	if gpu != nil {
+		d := gpu.Device()
+		g, replays := gpu.Stats()
+		fmt.Printf("device: %s (sm_%d%d, %d SMs), kernels %s, graphs %d, replays %d\n", d.Name, d.Major, d.Minor, d.SMs, d.Arch, g, replays)
+		var bw float64
+		if err := d.Do(func(c *kernels.Ctx) error {
+			var err error
+			bw, err = c.CopyBandwidth(1<<30, 30)
+			return err
+		}); err != nil {
+			return err
+		}
+		wb := float64(gpu.WeightBytes())
+		read := wb - float64(V*cfg.HiddenSize*2) // the embedding table: one row per token
+		if cfg.TieWordEmbeddings {
+			read = wb
+		}
+		roof := bw / wb
+		fmt.Printf("device-to-device copy bandwidth: %.0f GB/s (bytes read + written, 1 GiB copies, median of 30)\n", bw/1e9)
+		fmt.Printf("weight bytes: %.3f GB (read per token %.3f GB); roofline = weight bytes / bandwidth = %.3f ms = %.1f tokens/s\n",
+			wb/1e9, read/1e9, wb/bw*1e3, roof)
+		fmt.Printf("achieved: %.1f%% of roofline; effective weight-read bandwidth %.0f GB/s\n", 100*tps/roof, read*tps/1e9)
+	}
+	return nil
+}
+
+func argmaxF32(v []float32) int32 {
+	b := 0
+	for i, x := range v {
+		if x > v[b] {
+			b = i
+		}
+	}
+	return int32(b)
+}
+
+func shapeNames() []string {
+	var s []string
+	for k := range benchShapes {
+		s = append(s, k)
+	}
+	sort.Strings(s)
+	return s
+}
