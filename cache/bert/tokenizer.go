@@ -1,0 +1,408 @@
+package bert
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// MaxTokenizerBytes bounds the size of tokenizer.json.
+const MaxTokenizerBytes = 64 << 20
+
+// Tokenizer is a BERT WordPiece tokenizer read from a Hugging Face
+// tokenizer.json (model WordPiece, normalizer BertNormalizer, pre-tokenizer
+// BertPreTokenizer). It is immutable and safe for concurrent use.
+type Tokenizer struct {
+	vocab        map[string]int32
+	unk          int32
+	cls, sep     int32
+	prefix       string // continuing_subword_prefix, "##"
+	maxWordChars int
+
+	cleanText, chineseChars, stripAccents, lowercase bool
+
+	// added holds special/added tokens matched verbatim in the raw text,
+	// longest first.
+	added []addedToken
+}
+
+type addedToken struct {
+	content string
+	id      int32
+}
+
+type tokenizerJSON struct {
+	AddedTokens []struct {
+		ID         int32  `json:"id"`
+		Content    string `json:"content"`
+		SingleWord bool   `json:"single_word"`
+		Normalized bool   `json:"normalized"`
+		Special    bool   `json:"special"`
+	} `json:"added_tokens"`
+	Normalizer *struct {
+		Type               string `json:"type"`
+		CleanText          *bool  `json:"clean_text"`
+		HandleChineseChars *bool  `json:"handle_chinese_chars"`
+		StripAccents       *bool  `json:"strip_accents"`
+		Lowercase          *bool  `json:"lowercase"`
+	} `json:"normalizer"`
+	PreTokenizer *struct {
+		Type string `json:"type"`
+	} `json:"pre_tokenizer"`
+	PostProcessor *struct {
+		Type string `json:"type"`
+		Cls  []any  `json:"cls"`
+		Sep  []any  `json:"sep"`
+		Spec map[string]struct {
+			IDs []int32 `json:"ids"`
+		} `json:"special_tokens"`
+	} `json:"post_processor"`
+	Model struct {
+		Type                    string           `json:"type"`
+		UnkToken                string           `json:"unk_token"`
+		ContinuingSubwordPrefix *string          `json:"continuing_subword_prefix"`
+		MaxInputCharsPerWord    int              `json:"max_input_chars_per_word"`
+		Vocab                   map[string]int32 `json:"vocab"`
+	} `json:"model"`
+}
+
+// LoadTokenizer reads a tokenizer.json.
+func LoadTokenizer(path string) (*Tokenizer, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("bert: %w", err)
+	}
+	if st.Size() > MaxTokenizerBytes {
+		return nil, fmt.Errorf("%w: %s is %d bytes > %d", ErrFormat, path, st.Size(), MaxTokenizerBytes)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("bert: %w", err)
+	}
+	return ParseTokenizer(path, data)
+}
+
+// ParseTokenizer parses tokenizer.json content; name is used in errors.
+func ParseTokenizer(name string, data []byte) (*Tokenizer, error) {
+	var tj tokenizerJSON
+	if err := json.Unmarshal(data, &tj); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrFormat, name, err)
+	}
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s: %s", ErrFormat, name, field, fmt.Sprintf(format, args...))
+	}
+	m := tj.Model
+	if m.Type != "WordPiece" {
+		return nil, bad("model.type", "%q, want WordPiece", m.Type)
+	}
+	if len(m.Vocab) == 0 {
+		return nil, bad("model.vocab", "empty")
+	}
+	t := &Tokenizer{vocab: m.Vocab, prefix: "##", maxWordChars: m.MaxInputCharsPerWord,
+		cleanText: true, chineseChars: true, lowercase: true}
+	if m.ContinuingSubwordPrefix != nil {
+		t.prefix = *m.ContinuingSubwordPrefix
+	}
+	if t.maxWordChars <= 0 {
+		t.maxWordChars = 100
+	}
+	for tok, id := range m.Vocab {
+		if id < 0 {
+			return nil, bad("model.vocab", "token %q has negative id %d", tok, id)
+		}
+	}
+	look := func(field, tok string) (int32, error) {
+		id, ok := m.Vocab[tok]
+		if !ok {
+			return 0, bad(field, "token %q not in vocab", tok)
+		}
+		return id, nil
+	}
+	if m.UnkToken == "" {
+		m.UnkToken = "[UNK]"
+	}
+	var err error
+	if t.unk, err = look("model.unk_token", m.UnkToken); err != nil {
+		return nil, err
+	}
+	if n := tj.Normalizer; n != nil {
+		if n.Type != "BertNormalizer" {
+			return nil, bad("normalizer.type", "%q, want BertNormalizer", n.Type)
+		}
+		set := func(dst *bool, p *bool) {
+			if p != nil {
+				*dst = *p
+			}
+		}
+		set(&t.cleanText, n.CleanText)
+		set(&t.chineseChars, n.HandleChineseChars)
+		set(&t.lowercase, n.Lowercase)
+		t.stripAccents = t.lowercase // strip_accents: null follows lowercase
+		set(&t.stripAccents, n.StripAccents)
+	} else {
+		t.cleanText, t.chineseChars, t.lowercase = false, false, false
+	}
+	if p := tj.PreTokenizer; p != nil && p.Type != "BertPreTokenizer" {
+		return nil, bad("pre_tokenizer.type", "%q, want BertPreTokenizer", p.Type)
+	}
+	// [CLS] and [SEP]: from the post-processor when it names them, else by name.
+	clsTok, sepTok := "[CLS]", "[SEP]"
+	if pp := tj.PostProcessor; pp != nil && pp.Type == "BertProcessing" && len(pp.Cls) == 2 && len(pp.Sep) == 2 {
+		if s, ok := pp.Cls[0].(string); ok {
+			clsTok = s
+		}
+		if s, ok := pp.Sep[0].(string); ok {
+			sepTok = s
+		}
+	}
+	if t.cls, err = look("post_processor cls", clsTok); err != nil {
+		return nil, err
+	}
+	if t.sep, err = look("post_processor sep", sepTok); err != nil {
+		return nil, err
+	}
+	for _, a := range tj.AddedTokens {
+		if a.Content == "" || a.Normalized {
+			continue // tokens matched after normalization are not supported; BERT's specials are not normalized
+		}
+		t.added = append(t.added, addedToken{a.Content, a.ID})
+	}
+	sort.SliceStable(t.added, func(i, j int) bool { return len(t.added[i].content) > len(t.added[j].content) })
+	return t, nil
+}
+
+// VocabSize returns 1 + the largest id of the vocabulary.
+func (t *Tokenizer) VocabSize() int {
+	n := int32(0)
+	for _, id := range t.vocab {
+		n = max(n, id+1)
+	}
+	return int(n)
+}
+
+// Encode returns [CLS] + the WordPiece ids of text + [SEP], truncated to at
+// most maxLen ids in all (maxLen ≥ 2; the text's tokens are cut, [SEP] kept).
+// The result is a new slice owned by the caller.
+func (t *Tokenizer) Encode(text string, maxLen int) []int32 {
+	maxLen = max(maxLen, 2)
+	ids := []int32{t.cls}
+	for _, seg := range t.splitAdded(text) {
+		if seg.id >= 0 {
+			ids = append(ids, seg.id)
+			continue
+		}
+		for _, w := range t.preTokenize(t.normalize(seg.text)) {
+			ids = t.wordPiece(ids, w)
+		}
+		if len(ids) >= maxLen-1 {
+			break
+		}
+	}
+	if len(ids) > maxLen-1 {
+		ids = ids[:maxLen-1]
+	}
+	return append(ids, t.sep)
+}
+
+// Tokens returns the vocabulary strings of ids (for debugging and tests).
+func (t *Tokenizer) Tokens(ids []int32) []string {
+	inv := make(map[int32]string, len(t.vocab))
+	for s, id := range t.vocab {
+		inv[id] = s
+	}
+	for _, a := range t.added {
+		inv[a.id] = a.content
+	}
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = inv[id]
+	}
+	return out
+}
+
+type segment struct {
+	text string
+	id   int32 // ≥ 0: an added token
+}
+
+// splitAdded cuts text at verbatim occurrences of added tokens (leftmost,
+// longest first), as the Hugging Face tokenizer does before normalizing.
+func (t *Tokenizer) splitAdded(text string) []segment {
+	if len(t.added) == 0 {
+		return []segment{{text, -1}}
+	}
+	var out []segment
+	start := 0
+	for i := 0; i < len(text); {
+		matched := false
+		for _, a := range t.added {
+			if strings.HasPrefix(text[i:], a.content) {
+				if start < i {
+					out = append(out, segment{text[start:i], -1})
+				}
+				out = append(out, segment{a.content, a.id})
+				i += len(a.content)
+				start = i
+				matched = true
+				break
+			}
+		}
+		if !matched {
+			_, size := utf8.DecodeRuneInString(text[i:])
+			i += size
+		}
+	}
+	if start < len(text) {
+		out = append(out, segment{text[start:], -1})
+	}
+	return out
+}
+
+// normalize applies BertNormalizer: clean text, space out CJK characters,
+// strip accents (NFD, drop Mn), lowercase — in that order.
+func (t *Tokenizer) normalize(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for _, r := range s {
+		if t.cleanText {
+			if r == 0 || r == 0xFFFD || isControl(r) {
+				continue
+			}
+			if isWhitespace(r) {
+				b.WriteByte(' ')
+				continue
+			}
+		}
+		if t.chineseChars && isChineseChar(r) {
+			b.WriteByte(' ')
+			b.WriteRune(r)
+			b.WriteByte(' ')
+			continue
+		}
+		b.WriteRune(r)
+	}
+	s = b.String()
+	if t.stripAccents {
+		s = norm.NFD.String(s)
+		b.Reset()
+		for _, r := range s {
+			if !unicode.Is(unicode.Mn, r) {
+				b.WriteRune(r)
+			}
+		}
+		s = b.String()
+	}
+	if t.lowercase {
+		s = strings.ToLower(s)
+	}
+	return s
+}
+
+// preTokenize applies BertPreTokenizer: split on whitespace (dropped) and
+// around every punctuation character (kept as its own word).
+func (t *Tokenizer) preTokenize(s string) []string {
+	var words []string
+	start := -1
+	for i, r := range s {
+		switch {
+		case unicode.IsSpace(r):
+			if start >= 0 {
+				words = append(words, s[start:i])
+				start = -1
+			}
+		case isPunct(r):
+			if start >= 0 {
+				words = append(words, s[start:i])
+				start = -1
+			}
+			words = append(words, s[i:i+utf8.RuneLen(r)])
+		default:
+			if start < 0 {
+				start = i
+			}
+		}
+	}
+	if start >= 0 {
+		words = append(words, s[start:])
+	}
+	return words
+}
+
+// wordPiece appends the greedy longest-match-first pieces of word to ids, or
+// [UNK] when the word is too long or cannot be covered.
+func (t *Tokenizer) wordPiece(ids []int32, word string) []int32 {
+	if utf8.RuneCountInString(word) > t.maxWordChars {
+		return append(ids, t.unk)
+	}
+	n0 := len(ids)
+	for start := 0; start < len(word); {
+		end := len(word)
+		found := int32(-1)
+		for end > start {
+			piece := word[start:end]
+			if start > 0 {
+				piece = t.prefix + piece
+			}
+			if id, ok := t.vocab[piece]; ok {
+				found = id
+				break
+			}
+			_, size := utf8.DecodeLastRuneInString(word[start:end])
+			end -= size
+		}
+		if found < 0 {
+			return append(ids[:n0], t.unk)
+		}
+		ids = append(ids, found)
+		start = end
+	}
+	return ids
+}
+
+// isWhitespace is the tokenizers crate's notion for clean_text.
+func isWhitespace(r rune) bool {
+	switch r {
+	case ' ', '\t', '\n', '\r':
+		return true
+	}
+	return unicode.Is(unicode.Zs, r)
+}
+
+// isControl: \t \n \r are whitespace, not control; otherwise categories
+// Cc, Cf, Co, Cs and unassigned (Cn).
+func isControl(r rune) bool {
+	switch r {
+	case '\t', '\n', '\r':
+		return false
+	}
+	if unicode.In(r, unicode.Cc, unicode.Cf, unicode.Co, unicode.Cs) {
+		return true
+	}
+	return !unicode.In(r, unicode.L, unicode.M, unicode.N, unicode.P, unicode.S, unicode.Z)
+}
+
+// isPunct: ASCII punctuation (including symbols like $ + < = > ^ ` | ~) or
+// any Unicode punctuation category.
+func isPunct(r rune) bool {
+	if r < 128 {
+		return r >= 33 && r <= 47 || r >= 58 && r <= 64 || r >= 91 && r <= 96 || r >= 123 && r <= 126
+	}
+	return unicode.IsPunct(r)
+}
+
+func isChineseChar(r rune) bool {
+	return r >= 0x4E00 && r <= 0x9FFF ||
+		r >= 0x3400 && r <= 0x4DBF ||
+		r >= 0x20000 && r <= 0x2A6DF ||
+		r >= 0x2A700 && r <= 0x2B73F ||
+		r >= 0x2B740 && r <= 0x2B81F ||
+		r >= 0x2B920 && r <= 0x2CEAF ||
+		r >= 0xF900 && r <= 0xFAFF ||
+		r >= 0x2F800 && r <= 0x2FA1F
+}

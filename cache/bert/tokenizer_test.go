@@ -1,0 +1,101 @@
+package bert
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func loadTiny(t *testing.T) *Tokenizer {
+	t.Helper()
+	tok, err := LoadTokenizer("testdata/tiny/tokenizer.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// The expectations follow the Hugging Face BertNormalizer +
+// BertPreTokenizer + WordPiece rules, worked out by hand for the 32-token
+// vocabulary of testdata/tiny/tokenizer.json.
+func TestTokenizerEncode(t *testing.T) {
+	tok := loadTiny(t)
+	for _, tc := range []struct {
+		name, in, want string
+		maxLen         int
+	}{
+		{"punctuation split", "Hello, World!", "[CLS] hello , world ! [SEP]", 0},
+		{"wordpiece", "unaffable", "[CLS] un ##aff ##able [SEP]", 0},
+		{"unknown whole word", "unaffablex", "[CLS] [UNK] [SEP]", 0},
+		{"suffix", "cats", "[CLS] cat ##s [SEP]", 0},
+		{"accents stripped", "NANDÚ Ñandu", "[CLS] nandu nandu [SEP]", 0},
+		{"decomposed accent", "cafe\u0301", "[CLS] caf ##e [SEP]", 0},
+		{"cjk split", "中文", "[CLS] 中 文 [SEP]", 0},
+		{"cjk inside word", "a中bc", "[CLS] a 中 bc [SEP]", 0},
+		{"control removed, whitespace kept", "a\tb\x00c\u200b", "[CLS] a bc [SEP]", 0},
+		{"ascii symbols are punctuation", "$5+3", "[CLS] $ 5 + 3 [SEP]", 0},
+		{"hyphen", "well-known", "[CLS] well - known [SEP]", 0},
+		{"added token verbatim", "hello [MASK] world", "[CLS] hello [MASK] world [SEP]", 0},
+		{"added token glued", "hello[MASK]world", "[CLS] hello [MASK] world [SEP]", 0},
+		{"lowercased special is text", "[mask]", "[CLS] [UNK] [UNK] [UNK] [SEP]", 0},
+		{"too long word", "aaaaaaaaaaaaa", "[CLS] [UNK] [SEP]", 0},
+		{"empty", "", "[CLS] [SEP]", 0},
+		{"only spaces", " \n\t ", "[CLS] [SEP]", 0},
+		{"no-break space", "hello\u00a0world", "[CLS] hello world [SEP]", 0},
+		{"truncation", "hello world hello world", "[CLS] hello world [SEP]", 4},
+		{"truncation mid word", "unaffable", "[CLS] un ##aff [SEP]", 4},
+		{"truncation minimum", "hello", "[CLS] [SEP]", 1},
+	} {
+		maxLen := tc.maxLen
+		if maxLen == 0 {
+			maxLen = 512
+		}
+		ids := tok.Encode(tc.in, maxLen)
+		if got := strings.Join(tok.Tokens(ids), " "); got != tc.want {
+			t.Errorf("%s: Encode(%q) = %q, want %q", tc.name, tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestTokenizerIDs(t *testing.T) {
+	tok := loadTiny(t)
+	ids := tok.Encode("Hello, World!", 512)
+	want := []int32{2, 5, 7, 6, 8, 3}
+	if len(ids) != len(want) {
+		t.Fatalf("ids = %v, want %v", ids, want)
+	}
+	for i := range want {
+		if ids[i] != want[i] {
+			t.Fatalf("ids = %v, want %v", ids, want)
+		}
+	}
+	if tok.VocabSize() != 32 {
+		t.Fatalf("VocabSize = %d", tok.VocabSize())
+	}
+}
+
+func TestTokenizerNoStripAccents(t *testing.T) {
+	data := strings.Replace(readFile(t, "testdata/tiny/tokenizer.json"), `"strip_accents": null`, `"strip_accents": false`, 1)
+	tok, err := ParseTokenizer("inline", []byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// é stays (lowercased É), so "café" is caf + é (é is a whole-word token, not ##é).
+	if got := strings.Join(tok.Tokens(tok.Encode("CAFÉ é", 64)), " "); got != "[CLS] [UNK] é [SEP]" {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestTokenizerErrors(t *testing.T) {
+	base := readFile(t, "testdata/tiny/tokenizer.json")
+	for name, data := range map[string]string{
+		"not json":         "{",
+		"bpe model":        strings.Replace(base, `"type": "WordPiece",`+"\n  \"unk_token\"", `"type": "BPE",`+"\n  \"unk_token\"", 1),
+		"unk missing":      strings.Replace(base, `"unk_token": "[UNK]"`, `"unk_token": "<unk>"`, 1),
+		"other normalizer": strings.Replace(base, `"type": "BertNormalizer"`, `"type": "NFKC"`, 1),
+	} {
+		if _, err := ParseTokenizer(name, []byte(data)); !errors.Is(err, ErrFormat) {
+			t.Errorf("%s: got %v, want ErrFormat", name, err)
+		}
+	}
+}
