@@ -223,10 +223,14 @@ func (c *Cache) evict(ctx context.Context, vs []victim) {
 	}
 }
 
-// forget drops id from the policy (entry found stale or removed) and counts it.
+// forget drops id from the policy (entry found stale or removed) and counts
+// it, as "ttl" when its deadline has passed.
 func (c *Cache) forget(ctx context.Context, ns, id, reason string) {
 	c.mu.Lock()
 	if s := c.ns[ns]; s != nil {
+		if at, ok := s.pol.Deadline(id); ok && !c.now().Before(at) {
+			reason = "ttl"
+		}
 		n0, b0 := s.pol.Len(), s.pol.Bytes()
 		s.pol.Remove(id)
 		c.account(s, n0, b0)
