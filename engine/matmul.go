@@ -93,17 +93,16 @@ func matmulT(threads int, out, x, w []float32, T, in, outDim int) {
 func dot(a, b []float32) float32 {
 	b = b[:len(a)]
 	var s0, s1, s2, s3 float32
-	k := 0
-	for ; k+4 <= len(a); k += 4 {
-		aa := a[k : k+4 : k+4]
-		bb := b[k : k+4 : k+4]
-		s0 += aa[0] * bb[0]
-		s1 += aa[1] * bb[1]
-		s2 += aa[2] * bb[2]
-		s3 += aa[3] * bb[3]
+	for len(a) >= 4 && len(b) >= 4 {
+		s0 += a[0] * b[0]
+		s1 += a[1] * b[1]
+		s2 += a[2] * b[2]
+		s3 += a[3] * b[3]
+		a, b = a[4:], b[4:]
 	}
-	for ; k < len(a); k++ {
-		s0 += a[k] * b[k]
+	b = b[:len(a)]
+	for i, v := range a {
+		s0 += v * b[i]
 	}
 	return (s0 + s1) + (s2 + s3)
 }
@@ -111,26 +110,23 @@ func dot(a, b []float32) float32 {
 // dot2 computes dot(w, x0) and dot(w, x1) with exactly dot's order of
 // operations, reading w once.
 func dot2(w, x0, x1 []float32) (float32, float32) {
-	n := len(w)
-	x0, x1 = x0[:n], x1[:n]
+	x0, x1 = x0[:len(w)], x1[:len(w)]
 	var a0, a1, a2, a3, b0, b1, b2, b3 float32
-	k := 0
-	for ; k+4 <= n; k += 4 {
-		ww := w[k : k+4 : k+4]
-		p := x0[k : k+4 : k+4]
-		q := x1[k : k+4 : k+4]
-		a0 += ww[0] * p[0]
-		b0 += ww[0] * q[0]
-		a1 += ww[1] * p[1]
-		b1 += ww[1] * q[1]
-		a2 += ww[2] * p[2]
-		b2 += ww[2] * q[2]
-		a3 += ww[3] * p[3]
-		b3 += ww[3] * q[3]
+	for len(w) >= 4 && len(x0) >= 4 && len(x1) >= 4 {
+		a0 += w[0] * x0[0]
+		b0 += w[0] * x1[0]
+		a1 += w[1] * x0[1]
+		b1 += w[1] * x1[1]
+		a2 += w[2] * x0[2]
+		b2 += w[2] * x1[2]
+		a3 += w[3] * x0[3]
+		b3 += w[3] * x1[3]
+		w, x0, x1 = w[4:], x0[4:], x1[4:]
 	}
-	for ; k < n; k++ {
-		a0 += w[k] * x0[k]
-		b0 += w[k] * x1[k]
+	x0, x1 = x0[:len(w)], x1[:len(w)]
+	for i, v := range w {
+		a0 += v * x0[i]
+		b0 += v * x1[i]
 	}
 	return (a0 + a1) + (a2 + a3), (b0 + b1) + (b2 + b3)
 }
