@@ -1,0 +1,280 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/milvus-io/milvus/client/v2/milvusclient"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/specgate/specgate/cache"
+	"github.com/specgate/specgate/cache/milvusstore"
+	"github.com/specgate/specgate/cache/redisstore"
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/engine/cuda"
+	"github.com/specgate/specgate/gateway"
+)
+
+func init() {
+	register("serve", "run the OpenAI-compatible gateway (--config FILE --addr HOST:PORT); the default command", runServe)
+}
+
+// loadServeConfig reads --config (or the default config) and applies the
+// environment and --addr.
+func loadServeConfig(path, addr string) (*gateway.Config, error) {
+	var cfg *gateway.Config
+	var err error
+	if path == "" {
+		cfg = gateway.DefaultConfig()
+	} else if cfg, err = gateway.LoadConfig(path); err != nil {
+		return nil, err
+	}
+	if err := cfg.ApplyEnv(os.Getenv); err != nil {
+		return nil, err
+	}
+	if addr != "" {
+		cfg.Server.Addr = addr
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	return cfg, nil
+}
+
+func newLogger(cfg *gateway.Config, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(cfg.Server.LogLevel))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if cfg.Server.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+func runServe(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	cfgPath := fs.String("config", "", "YAML config file (default: the shipped model on CPU, SQLite cache in ./data)")
+	addr := fs.String("addr", "", "listen address HOST:PORT (overrides config and SPECGATE_ADDR)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := loadServeConfig(*cfgPath, *addr)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, os.Stderr)
+	reg := prometheus.NewRegistry()
+
+	models, closeModels, err := loadModels(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeModels()
+
+	opts := gateway.Options{Config: cfg, Models: models, Registry: reg, Logger: log}
+	if cfg.Cache.CacheEnabled() {
+		c, emb, closeCache, err := buildCache(cfg, reg, log)
+		if err != nil {
+			return err
+		}
+		defer closeCache()
+		opts.Cache = c
+		opts.Embedders = map[string]cache.Embedder{cfg.Cache.EmbeddingModel: emb}
+	}
+	srv, err := gateway.New(opts)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Server.Addr)
+	if err != nil {
+		return fmt.Errorf("serve: listen %s: %w", cfg.Server.Addr, err)
+	}
+	log.Info("specgate listening", "addr", ln.Addr().String(), "models", len(models), "upstreams", len(cfg.Upstreams), "cache", cfg.Cache.CacheEnabled())
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+	defer signal.Stop(sig)
+	select {
+	case err := <-errc:
+		return err
+	case s := <-sig:
+		log.Info("shutting down", "signal", s.String(), "deadline", cfg.Server.ShutdownTimeout.String())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		log.Warn("shutdown incomplete", "err", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// loadModels loads every configured local model and starts its engine.
+func loadModels(cfg *gateway.Config, log *slog.Logger) ([]*gateway.LocalModel, func(), error) {
+	var out []*gateway.LocalModel
+	var closers []func()
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	for i, mc := range cfg.Models {
+		start := time.Now()
+		lo := engine.LoadOptions{}
+		backend := mc.Backend
+		if mc.KVBlocks > 0 {
+			lo.KVTokens = mc.KVBlocks * engine.DefaultBlockSize
+		}
+		if backend == "cuda" || backend == "auto" {
+			lo.NewBackend = cuda.Factory(cuda.Options{})
+		}
+		m, err := engine.Load(mc.Path, lo)
+		if err != nil && backend == "auto" && errors.Is(err, engine.ErrBackendMissing) {
+			log.Info("no GPU; using the CPU backend", "model", mc.Name)
+			lo.NewBackend, backend = nil, "cpu"
+			m, err = engine.Load(mc.Path, lo)
+		}
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("models[%d] %s: path %s: %w", i, mc.Name, mc.Path, err)
+		}
+		if m.Tokenizer == nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("models[%d] %s: path %s: no tokenizer.json", i, mc.Name, mc.Path)
+		}
+		if mc.Speculative.Method != "none" {
+			// The proposers (speculative/, medusa/) plug in through
+			// engine.Options.Speculator; until they are wired, refuse
+			// rather than silently serve without speculation.
+			closeAll()
+			return nil, nil, fmt.Errorf("models[%d] %s: speculative.method %s: %w", i, mc.Name, mc.Speculative.Method, errSpecUnavailable)
+		}
+		eng := engine.New(m, engine.Options{MaxBatch: mc.MaxBatch})
+		closers = append(closers, func() { _ = eng.Close(); _ = m.Close() })
+		st, _ := os.Stat(mc.Path)
+		created := time.Now()
+		if st != nil {
+			created = st.ModTime()
+		}
+		out = append(out, &gateway.LocalModel{
+			Name: mc.Name, Aliases: mc.Aliases, Generator: eng, Tokenizer: m.Tokenizer,
+			ContextLength: m.Config.MaxPositions, DefaultMaxTokens: mc.DefaultMaxTokens, KV: m.KV(), Created: created,
+		})
+		log.Info("model loaded", "model", mc.Name, "path", mc.Path, "backend", backend, "layers", m.Config.NumLayers,
+			"context", m.Config.MaxPositions, "kv_blocks", m.KV().NumBlocks(), "load_ms", time.Since(start).Milliseconds())
+	}
+	return out, closeAll, nil
+}
+
+var errSpecUnavailable = errors.New("speculative proposer not available in this build")
+
+// buildCache assembles store, index and embedder from the cache section.
+func buildCache(cfg *gateway.Config, reg prometheus.Registerer, log *slog.Logger) (*cache.Cache, cache.Embedder, func(), error) {
+	cc := &cfg.Cache
+	var closers []func()
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	fail := func(err error) (*cache.Cache, cache.Embedder, func(), error) {
+		closeAll()
+		return nil, nil, nil, err
+	}
+	var emb cache.Embedder
+	switch cc.Embedder {
+	case "lexical":
+		l, err := cache.NewLexical(cache.DefaultLexicalDim)
+		if err != nil {
+			return fail(err)
+		}
+		emb = l
+	default:
+		return fail(fmt.Errorf("cache.embedder %q: %w", cc.Embedder, errEmbedderUnavailable))
+	}
+	var rdb *redis.Client
+	if cc.Store == "redis" || cc.Index == "redis" {
+		rdb = redis.NewClient(&redis.Options{Addr: cc.Redis.Addr, Password: os.Getenv(cc.Redis.PasswordEnv), DB: cc.Redis.DB})
+		closers = append(closers, func() { _ = rdb.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := rdb.Ping(ctx).Err()
+		cancel()
+		if err != nil {
+			return fail(fmt.Errorf("cache.redis.addr %s: %w", cc.Redis.Addr, err))
+		}
+	}
+	var store cache.Store
+	switch cc.Store {
+	case "sqlite":
+		path := cc.SQLite.Path
+		if path == "" {
+			path = filepath.Join(cfg.Server.DataDir, "cache.db")
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return fail(fmt.Errorf("cache.sqlite.path %s: %w", path, err))
+		}
+		s, err := cache.OpenSQLite(path, nil)
+		if err != nil {
+			return fail(fmt.Errorf("cache.sqlite.path %s: %w", path, err))
+		}
+		closers = append(closers, func() { _ = s.Close() })
+		store = s
+	case "redis":
+		s, err := redisstore.New(rdb, redisstore.Options{})
+		if err != nil {
+			return fail(err)
+		}
+		store = s
+	}
+	var index cache.VectorIndex
+	switch cc.Index {
+	case "hnsw":
+		h, err := cache.NewHNSW(cache.HNSWConfig{Dim: emb.Dim()})
+		if err != nil {
+			return fail(err)
+		}
+		closers = append(closers, func() { _ = h.Close() })
+		index = h
+	case "redis":
+		ix, err := redisstore.NewIndex(rdb, redisstore.IndexOptions{Dim: emb.Dim()})
+		if err != nil {
+			return fail(err)
+		}
+		index = ix
+	case "milvus":
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		cli, err := milvusclient.New(ctx, &milvusclient.ClientConfig{Address: cc.Milvus.Addr})
+		cancel()
+		if err != nil {
+			return fail(fmt.Errorf("cache.milvus.addr %s: %w", cc.Milvus.Addr, err))
+		}
+		ix, err := milvusstore.New(cli, milvusstore.IndexOptions{Prefix: cc.Milvus.Collection, Dim: emb.Dim(), OwnClient: true})
+		if err != nil {
+			return fail(err)
+		}
+		closers = append(closers, func() { _ = ix.Close() })
+		index = ix
+	}
+	c, err := cache.New(cc.Pipeline, store, index, emb, cache.WithRegisterer(reg),
+		cache.WithLogger(func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) }))
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, func() { _ = c.Close() })
+	return c, emb, closeAll, nil
+}
+
+var errEmbedderUnavailable = errors.New("embedder not available in this build (use lexical)")
