@@ -432,7 +432,7 @@ func (e *Engine) loop() {
 		if len(ready) > e.opts.MaxBatch {
 			ready = ready[:e.opts.MaxBatch]
 		}
-		e.step(ready)
+		e.step(ready, len(active))
 		for _, r := range ready {
 			if !r.finished {
 				r.awaiting = true
@@ -490,8 +490,9 @@ func (e *Engine) fail(r *request, err error) {
 
 // step runs one scheduler step over ready requests: one batched forward for
 // plain requests (prefill chunks and decodes), then one Speculator.Step per
-// speculative request.
-func (e *Engine) step(ready []*request) {
+// speculative request. A prompt that finds the KV full while other requests
+// run waits for them; otherwise the request fails with ErrKVExhausted.
+func (e *Engine) step(ready []*request, active int) {
 	var items []BatchItem
 	var owners []*request
 	var specs []*request
@@ -526,8 +527,14 @@ func (e *Engine) step(ready []*request) {
 			for i := range items {
 				one := items[i : i+1]
 				if err := e.m.ForwardBatch(one); err != nil {
-					e.fail(owners[i], err)
+					r := owners[i]
 					owners[i] = nil
+					if errors.Is(err, ErrKVExhausted) && active > 1 && r.prefilled < len(r.req.Prompt) {
+						// wait for running requests to free KV; retry next step.
+						r.out <- stepOut{}
+						continue
+					}
+					e.fail(r, err)
 				}
 			}
 		}

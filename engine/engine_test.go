@@ -215,3 +215,38 @@ func TestGeneratePrefixCache(t *testing.T) {
 		t.Fatalf("%d blocks used after dropping the cache", u)
 	}
 }
+
+// TestGenerateKVPressure: with KV for little more than one request, a
+// second concurrent prompt waits for the first to finish instead of failing;
+// a prompt larger than the whole KV fails with ErrKVExhausted.
+func TestGenerateKVPressure(t *testing.T) {
+	m := NewRandomModel(genConfig(), 25, LoadOptions{KVTokens: 48, BlockSize: 4, Threads: 2, DisablePrefixCache: true})
+	e := New(m, Options{})
+	defer e.Close()
+	p1 := randTokens(rand.New(rand.NewPCG(1, 1)), 20, m.Config.VocabSize)
+	p2 := randTokens(rand.New(rand.NewPCG(2, 2)), 20, m.Config.VocabSize)
+	want1, want2 := manualGreedy(t, m, p1, 10), manualGreedy(t, m, p2, 10)
+	var wg sync.WaitGroup
+	got := make([][]int32, 2)
+	errs := make([]error, 2)
+	for i, p := range [][]int32{p1, p2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i], _, errs[i] = collect(e, context.Background(), GenerateRequest{Prompt: p, MaxTokens: 10})
+		}()
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("errors %v %v", errs[0], errs[1])
+	}
+	if fmt.Sprint(got[0]) != fmt.Sprint(want1) || fmt.Sprint(got[1]) != fmt.Sprint(want2) {
+		t.Fatalf("outputs under KV pressure differ: %v / %v", got, [][]int32{want1, want2})
+	}
+	if _, _, err := collect(e, context.Background(), GenerateRequest{Prompt: make([]int32, 60), MaxTokens: 2}); !errors.Is(err, ErrKVExhausted) {
+		t.Fatalf("oversized prompt: %v", err)
+	}
+	if m.KV().UsedBlocks() != 0 {
+		t.Fatalf("%d blocks used", m.KV().UsedBlocks())
+	}
+}
