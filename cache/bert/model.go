@@ -548,6 +548,9 @@ func (e *Encoder) Embed(ctx context.Context, texts []string) ([][]float32, error
 	}
 	close(next)
 	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
