@@ -120,6 +120,12 @@ func f16Lookup() *[65536]float32 {
 func F16BytesToFloat32(dst []float32, src []byte) {
 	t := f16Lookup()
 	src = src[:2*len(dst)]
+	if u := asUint16s(src); u != nil {
+		for i, h := range u {
+			dst[i] = t[h]
+		}
+		return
+	}
 	for i := range dst {
 		dst[i] = t[binary.LittleEndian.Uint16(src[2*i:])]
 	}
@@ -129,7 +135,23 @@ func F16BytesToFloat32(dst []float32, src []byte) {
 // dst (len(dst) values; src must hold at least 2*len(dst) bytes).
 func BF16BytesToFloat32(dst []float32, src []byte) {
 	src = src[:2*len(dst)]
+	if u := asUint16s(src); u != nil {
+		dst = dst[:len(u)]
+		for i, h := range u {
+			dst[i] = math.Float32frombits(uint32(h) << 16)
+		}
+		return
+	}
 	for i := range dst {
 		dst[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:])) << 16)
 	}
+}
+
+// asUint16s views b as native uint16s when that equals little-endian
+// decoding (little-endian host, 2-byte aligned, even length); else nil.
+func asUint16s(b []byte) []uint16 {
+	if !nativeLittleEndian || len(b) == 0 || len(b)%2 != 0 || uintptr(unsafe.Pointer(&b[0]))%2 != 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2)
 }

@@ -90,6 +90,23 @@ func TestF16Exhaustive(t *testing.T) {
 			t.Fatalf("table[%#04x] = %v", i, v)
 		}
 	}
+	// the same through the unaligned (byte-decoding) path, F16 and BF16
+	odd := make([]byte, len(src)+1)
+	copy(odd[1:], src)
+	F16BytesToFloat32(dst, odd[1:])
+	for i, v := range dst {
+		if math.Float32bits(v) != math.Float32bits(F16ToFloat32(uint16(i))) {
+			t.Fatalf("unaligned f16 %#04x = %v", i, v)
+		}
+	}
+	for _, b := range [][]byte{src, odd[1:]} {
+		BF16BytesToFloat32(dst, b)
+		for i, v := range dst {
+			if math.Float32bits(v) != uint32(i)<<16 {
+				t.Fatalf("bf16 %#04x = %#08x", i, math.Float32bits(v))
+			}
+		}
+	}
 }
 
 // refToF16 rounds x to the nearest binary16, ties to the even bit
