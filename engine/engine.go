@@ -554,7 +554,7 @@ func (e *Engine) step(ready []*request, active int) {
 		}
 	}
 	for _, r := range specs {
-		e.specStep(r)
+		e.specStep(r, active)
 	}
 }
 
@@ -570,7 +570,7 @@ func (e *Engine) sampleInto(r *request, logits []float32) {
 	r.out <- so
 }
 
-func (e *Engine) specStep(r *request) {
+func (e *Engine) specStep(r *request, active int) {
 	if r.state == nil {
 		r.state = &SpecState{Ctx: r.ctx, Target: e.m, Seq: r.seq, Prompt: r.req.Prompt, Params: r.sampler,
 			Rand: r.rng, Stats: &r.stats}
@@ -579,6 +579,7 @@ func (e *Engine) specStep(r *request) {
 	st.Generated = r.generated
 	st.Pending = r.generated[len(r.generated)-1]
 	st.MaxNew = max(r.maxNew-len(r.generated), 1)
+	st.Active = active
 	toks, err := r.spec.Step(st)
 	if err != nil {
 		e.fail(r, fmt.Errorf("engine: speculator: %w", err))

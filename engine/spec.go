@@ -50,6 +50,9 @@ type SpecState struct {
 	Params    SamplingParams
 	Rand      *rand.Rand // the request's seeded RNG
 	MaxNew    int        // Step may return at most this many tokens (>= 1)
+	// Active is the number of requests the engine is serving at this step
+	// (load, for adaptive speculation).
+	Active int
 	Stats     *SpecStats
 	// Data is the speculator's own per-request state (nil at the first Step).
 	Data any
