@@ -381,7 +381,7 @@ func parseHeader(path string, header []byte, dataLen int64) (map[string]TensorIn
 	if !utf8.Valid(header) {
 		return nil, nil, bad("", "header", "header is not valid UTF-8")
 	}
-	if err := checkJSON(path, header); err != nil {
+	if err := checkJSON(path, header, "header"); err != nil {
 		return nil, nil, err
 	}
 	var top map[string]json.RawMessage
@@ -626,11 +626,12 @@ func jsonKind(raw []byte) string {
 	return "a number"
 }
 
-// checkJSON checks that b is exactly one syntactically valid JSON value,
+// checkJSON checks that b (a "header" or an "index", as named in
+// errors) is exactly one syntactically valid JSON value,
 // nested at most maxJSONDepth deep, with no duplicate key in any object.
 // encoding/json silently keeps the last of duplicate keys; the safetensors
 // format forbids them.
-func checkJSON(path string, b []byte) error {
+func checkJSON(path string, b []byte, what string) error {
 	type frame struct {
 		obj     bool
 		wantKey bool
@@ -652,15 +653,15 @@ func checkJSON(path string, b []byte) error {
 		tok, err := dec.Token()
 		if err == io.EOF {
 			if !done {
-				return bad(stack, "header", "unexpected end of JSON")
+				return bad(stack, what, "unexpected end of JSON")
 			}
 			return nil
 		}
 		if err != nil {
-			return bad(stack, "header", "invalid JSON: %v", err)
+			return bad(stack, what, "invalid JSON: %v", err)
 		}
 		if done {
-			return bad(nil, "header", "data after the JSON object")
+			return bad(nil, what, "data after the JSON object")
 		}
 		if n := len(stack); n > 0 && stack[n-1].obj && stack[n-1].wantKey {
 			if d, ok := tok.(json.Delim); ok && d == '}' {
@@ -674,7 +675,7 @@ func checkJSON(path string, b []byte) error {
 			}
 			k, ok := tok.(string)
 			if !ok {
-				return bad(stack, "header", "invalid JSON: object key is not a string")
+				return bad(stack, what, "invalid JSON: object key is not a string")
 			}
 			f := &stack[n-1]
 			if _, dup := f.keys[k]; dup {
@@ -691,7 +692,7 @@ func checkJSON(path string, b []byte) error {
 		switch tok {
 		case json.Delim('{'), json.Delim('['):
 			if len(stack) >= maxJSONDepth {
-				return bad(stack, "header", "JSON nested deeper than %d", maxJSONDepth)
+				return bad(stack, what, "JSON nested deeper than %d", maxJSONDepth)
 			}
 			obj := tok == json.Delim('{')
 			fr := frame{obj: obj, wantKey: obj}

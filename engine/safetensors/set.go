@@ -69,7 +69,7 @@ func openIndex(dir, indexPath string) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkJSON(indexPath, data); err != nil {
+	if err := checkJSON(indexPath, data, "index"); err != nil {
 		return nil, err
 	}
 	var top map[string]json.RawMessage

@@ -174,3 +174,30 @@ func TestOpenDirIndexTooLarge(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// Concurrent reads of one set are safe (run with -race).
+func TestSetConcurrentReads(t *testing.T) {
+	s, err := OpenDir(shardedDir(t, index2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	errs := make(chan error, 8)
+	for g := range 8 {
+		go func() {
+			var err error
+			for range 50 {
+				name := s.Names()[g%3]
+				if _, _, e := s.ReadFloat32(name); e != nil {
+					err = e
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
