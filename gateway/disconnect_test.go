@@ -1,0 +1,106 @@
+package gateway
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// heldBlocks is the KV held by sequences: used blocks minus the prefix
+// cache's (which legitimately outlive a request).
+func heldBlocks(kv KVStats) int { return kv.UsedBlocks() - kv.CachedBlocks() }
+
+// disconnectCase opens a raw connection, starts a generation, closes the
+// connection mid-generation and reports how long the engine took to stop
+// and how many tokens it produced after the close.
+func disconnectCase(t *testing.T, lm *LocalModel, body string, waitFor string) {
+	t.Helper()
+	g := &trackedGen{Generator: lm.Generator}
+	lm.Generator = g
+	ts := startServer(t, Options{Models: []*LocalModel{lm}})
+	base := heldBlocks(lm.KV)
+	addr := strings.TrimPrefix(ts.URL, "http://")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", addr, len(body), body)
+	if waitFor != "" {
+		r := bufio.NewReader(conn)
+		for {
+			_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+			line, err := r.ReadString('\n')
+			if err != nil {
+				t.Fatalf("reading stream: %v", err)
+			}
+			if strings.Contains(line, waitFor) {
+				break
+			}
+		}
+	}
+	// Let it run: wait until the engine has produced a few chunks and holds KV.
+	deadline := time.Now().Add(30 * time.Second)
+	for g.chunks.Load() < 5 || heldBlocks(lm.KV) <= base {
+		if time.Now().After(deadline) {
+			t.Fatalf("generation never got going: chunks=%d held=%d base=%d", g.chunks.Load(), heldBlocks(lm.KV), base)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if g.active.Load() == 0 {
+		t.Fatal("generation finished before the client closed; raise max_tokens")
+	}
+	heldDuring := heldBlocks(lm.KV)
+	closed := time.Now()
+	g.mark.Store(closed.UnixNano())
+	conn.Close()
+	for g.active.Load() != 0 {
+		if time.Since(closed) > 10*time.Second {
+			t.Fatalf("generation still running 10s after the client closed")
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	g.mu.Lock()
+	stopped := g.returned[0].Sub(closed)
+	err = g.errs[0]
+	res := g.results[0]
+	g.mu.Unlock()
+	t.Logf("stopped %v after close; %d tokens after close; %d completion tokens; KV held during %d, after %d, baseline %d; err=%v finish=%s",
+		stopped, g.afterMrk.Load(), res.CompletionTokens, heldDuring, heldBlocks(lm.KV), base, err, res.Finish)
+	if stopped > 100*time.Millisecond {
+		t.Errorf("generation stopped %v after the client closed, want ≤ 100ms", stopped)
+	}
+	if err == nil {
+		t.Errorf("Generate returned no error after the client closed (finish %s)", res.Finish)
+	}
+	if h := heldBlocks(lm.KV); h != base {
+		t.Errorf("KV blocks held after disconnect = %d, want baseline %d", h, base)
+	}
+}
+
+func TestDisconnectStopsGenerationStream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the engine")
+	}
+	lm, _ := randomModel(t)
+	disconnectCase(t, lm, `{"model":"random","messages":[{"role":"user","content":"count to a million"}],"stream":true,"temperature":0,"max_tokens":3500}`, `"role":"assistant"`)
+}
+
+func TestDisconnectStopsGenerationJSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the engine")
+	}
+	lm, _ := randomModel(t)
+	disconnectCase(t, lm, `{"model":"random","messages":[{"role":"user","content":"count to a million"}],"temperature":0,"max_tokens":3500}`, "")
+}
+
+func TestDisconnectShippedModel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the engine")
+	}
+	lm := shippedModel(t)
+	ctxLen := lm.ContextLength
+	disconnectCase(t, lm, fmt.Sprintf(`{"model":"specgate-target","messages":[{"role":"user","content":"Tell me a very long story."}],"stream":true,"temperature":0.8,"seed":1,"max_tokens":%d}`, ctxLen-64), `"content"`)
+}
