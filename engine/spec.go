@@ -53,7 +53,7 @@ type SpecState struct {
 	// Active is the number of requests the engine is serving at this step
 	// (load, for adaptive speculation).
 	Active int
-	Stats     *SpecStats
+	Stats  *SpecStats
 	// Data is the speculator's own per-request state (nil at the first Step).
 	Data any
 }
