@@ -34,31 +34,35 @@ type Set struct {
 	where map[string]*File // tensor name → file holding it
 }
 
-// OpenDir opens the checkpoint in dir: the index file if present, else
-// model.safetensors. Every shard named in the index is opened and
-// validated, and every tensor the index lists must be in its shard (tensors
-// a shard holds beyond the index are ignored, as transformers does). The
-// caller must Close the set.
+// OpenDir opens the checkpoint in dir: model.safetensors if present, else
+// the shards named by model.safetensors.index.json (the order transformers
+// uses). Every shard named in the index is opened and validated, and every
+// tensor the index lists must be in its shard (tensors a shard holds beyond
+// the index are ignored, as transformers does). Shard names must be plain
+// relative names inside dir (no "..", no absolute paths); a shard that is
+// a symlink (as in a Hugging Face cache snapshot) is followed. The caller
+// must Close the set.
 func OpenDir(dir string) (*Set, error) {
-	indexPath := filepath.Join(dir, IndexFileName)
-	if _, err := os.Stat(indexPath); err == nil {
-		return openIndex(dir, indexPath)
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("safetensors: %w", err)
-	}
 	single := filepath.Join(dir, SingleFileName)
 	f, err := Open(single)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("safetensors: %s: neither %s nor %s: %w", dir, IndexFileName, SingleFileName, errors.Join(ErrNotFound, err))
+	if err == nil {
+		s := &Set{Dir: dir, files: []*File{f}, where: make(map[string]*File, len(f.Tensors))}
+		for name := range f.Tensors {
+			s.where[name] = f
 		}
+		return s, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	s := &Set{Dir: dir, files: []*File{f}, where: make(map[string]*File, len(f.Tensors))}
-	for name := range f.Tensors {
-		s.where[name] = f
+	indexPath := filepath.Join(dir, IndexFileName)
+	if _, ierr := os.Stat(indexPath); ierr != nil {
+		if errors.Is(ierr, fs.ErrNotExist) {
+			return nil, fmt.Errorf("safetensors: %s: neither %s nor %s: %w", dir, SingleFileName, IndexFileName, errors.Join(ErrNotFound, err))
+		}
+		return nil, fmt.Errorf("safetensors: %w", ierr)
 	}
-	return s, nil
+	return openIndex(dir, indexPath)
 }
 
 func openIndex(dir, indexPath string) (*Set, error) {

@@ -201,3 +201,38 @@ func TestSetConcurrentReads(t *testing.T) {
 		}
 	}
 }
+
+// With both a single file and an index, the single file wins.
+func TestOpenDirPrefersSingleFile(t *testing.T) {
+	dir := shardedDir(t, index2)
+	writeFile(t, filepath.Join(dir, SingleFileName), []Tensor{f32("only", 7)})
+	s, err := OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := s.Names(); !slices.Equal(got, []string{"only"}) {
+		t.Fatalf("Names = %v", got)
+	}
+}
+
+// A shard reached through a symlink (Hugging Face cache layout) opens.
+func TestOpenDirSymlinkedShard(t *testing.T) {
+	dir := shardedDir(t, index2)
+	blobs := t.TempDir()
+	name := "model-00002-of-00002.safetensors"
+	if err := os.Rename(filepath.Join(dir, name), filepath.Join(blobs, "blob")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(blobs, "blob"), filepath.Join(dir, name)); err != nil {
+		t.Skip("no symlinks:", err)
+	}
+	s, err := OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if v, _, err := s.ReadFloat32("lm_head.weight"); err != nil || !slices.Equal(v, []float32{4}) {
+		t.Fatalf("lm_head = %v, %v", v, err)
+	}
+}
