@@ -149,9 +149,9 @@ func TestByteLevelFixture(t *testing.T) {
 			{"Hello world", false, []int32{264, 260}},
 			{"Hello world", true, []int32{267, 264, 260}},
 			{"Hello world<|end|>", false, []int32{264, 260, 266}},
-			{"<|user|>  Hello", false, []int32{268, 264}},   // rstrip eats the spaces
-			{"aaa", false, []int32{265, 'a'}},                // equal ranks merge left first
-			{"é", false, []int32{0xC3, 0xA9}},                // bytes, byte-level runes Ã ©
+			{"<|user|>  Hello", false, []int32{268, 264}}, // rstrip eats the spaces
+			{"aaa", false, []int32{265, 'a'}},             // equal ranks merge left first
+			{"é", false, []int32{0xC3, 0xA9}},             // bytes, byte-level runes Ã ©
 			{" \n", false, []int32{gpt2Idx(' '), gpt2Idx('\n')}},
 			{"", true, []int32{267}},
 		}
