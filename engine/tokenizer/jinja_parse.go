@@ -37,11 +37,11 @@ type (
 type jexpr interface{}
 
 type (
-	eLit   struct{ v any }
-	eName  struct{ n string }
-	eList  struct{ items []jexpr }
-	eDict  struct{ keys, vals []jexpr }
-	eAttr  struct {
+	eLit  struct{ v any }
+	eName struct{ n string }
+	eList struct{ items []jexpr }
+	eDict struct{ keys, vals []jexpr }
+	eAttr struct {
 		x    jexpr
 		name string
 	}
