@@ -440,9 +440,11 @@ func Normalize(v []float32) {
 
 // Options configures an Encoder.
 type Options struct {
-	// MaxLen is the maximum sequence length in tokens including [CLS] and
-	// [SEP]; 0 = min(256, max_position_embeddings) (sentence-transformers'
-	// max_seq_length of all-MiniLM-L6-v2 is 256).
+	// MaxLen is the maximum sequence length in tokens including the
+	// post-processor's specials ([CLS], [SEP]). 0 = tokenizer.json's
+	// truncation.max_length when set, else 256 (sentence-transformers'
+	// max_seq_length of all-MiniLM-L6-v2), in both cases at most
+	// max_position_embeddings; -1 = max_position_embeddings.
 	MaxLen int
 	// Name is returned by Name(); "bert:" + the directory's base name when empty.
 	Name string
@@ -481,8 +483,15 @@ func Open(dir string, opt Options) (*Encoder, error) {
 
 // NewEncoder combines a loaded model and tokenizer.
 func NewEncoder(m *Model, tok *Tokenizer, opt Options) (*Encoder, error) {
-	if opt.MaxLen == 0 {
-		opt.MaxLen = min(256, m.Cfg.MaxPositionEmbeddings)
+	switch opt.MaxLen {
+	case 0:
+		opt.MaxLen = 256
+		if n := tok.Truncation(); n > 0 {
+			opt.MaxLen = n
+		}
+		opt.MaxLen = min(opt.MaxLen, m.Cfg.MaxPositionEmbeddings)
+	case -1:
+		opt.MaxLen = m.Cfg.MaxPositionEmbeddings
 	}
 	if opt.MaxLen < 2 || opt.MaxLen > m.Cfg.MaxPositionEmbeddings {
 		return nil, fmt.Errorf("%w: Options.MaxLen %d outside [2, %d]", ErrInput, opt.MaxLen, m.Cfg.MaxPositionEmbeddings)

@@ -21,8 +21,10 @@ const MaxTokenizerBytes = 64 << 20
 type Tokenizer struct {
 	vocab        map[string]int32
 	unk          int32
-	cls, sep     int32
-	prefix       string // continuing_subword_prefix, "##"
+	before       []int32 // special ids the post-processor puts before the text ([CLS])
+	after        []int32 // and after it ([SEP]); both empty without a post-processor
+	truncation   int     // tokenizer.json truncation.max_length; 0 = none
+	prefix       string  // continuing_subword_prefix, "##"
 	maxWordChars int
 
 	cleanText, chineseChars, stripAccents, lowercase bool
@@ -55,14 +57,11 @@ type tokenizerJSON struct {
 	PreTokenizer *struct {
 		Type string `json:"type"`
 	} `json:"pre_tokenizer"`
-	PostProcessor *struct {
-		Type string `json:"type"`
-		Cls  []any  `json:"cls"`
-		Sep  []any  `json:"sep"`
-		Spec map[string]struct {
-			IDs []int32 `json:"ids"`
-		} `json:"special_tokens"`
-	} `json:"post_processor"`
+	PostProcessor *postProcessorJSON `json:"post_processor"`
+	Truncation    *struct {
+		Direction string `json:"direction"`
+		MaxLength int    `json:"max_length"`
+	} `json:"truncation"`
 	Model struct {
 		Type                    string           `json:"type"`
 		UnkToken                string           `json:"unk_token"`
@@ -151,21 +150,17 @@ func ParseTokenizer(name string, data []byte) (*Tokenizer, error) {
 	if p := tj.PreTokenizer; p != nil && p.Type != "BertPreTokenizer" {
 		return nil, bad("pre_tokenizer.type", "%q, want BertPreTokenizer", p.Type)
 	}
-	// [CLS] and [SEP]: from the post-processor when it names them, else by name.
-	clsTok, sepTok := "[CLS]", "[SEP]"
-	if pp := tj.PostProcessor; pp != nil && pp.Type == "BertProcessing" && len(pp.Cls) == 2 && len(pp.Sep) == 2 {
-		if s, ok := pp.Cls[0].(string); ok {
-			clsTok = s
-		}
-		if s, ok := pp.Sep[0].(string); ok {
-			sepTok = s
-		}
-	}
-	if t.cls, err = look("post_processor cls", clsTok); err != nil {
+	if err := t.parsePostProcessor(name, tj.PostProcessor, look); err != nil {
 		return nil, err
 	}
-	if t.sep, err = look("post_processor sep", sepTok); err != nil {
-		return nil, err
+	if tr := tj.Truncation; tr != nil {
+		if tr.Direction != "" && tr.Direction != "Right" {
+			return nil, bad("truncation.direction", "%q, want Right", tr.Direction)
+		}
+		if tr.MaxLength < 0 || tr.MaxLength > 1<<20 {
+			return nil, bad("truncation.max_length", "%d", tr.MaxLength)
+		}
+		t.truncation = tr.MaxLength
 	}
 	for _, a := range tj.AddedTokens {
 		if a.Content == "" || a.Normalized {
@@ -186,28 +181,117 @@ func (t *Tokenizer) VocabSize() int {
 	return int(n)
 }
 
-// Encode returns [CLS] + the WordPiece ids of text + [SEP], truncated to at
-// most maxLen ids in all (maxLen ≥ 2; the text's tokens are cut, [SEP] kept).
-// The result is a new slice owned by the caller.
+// Encode returns the ids of text as the Hugging Face tokenizer does with
+// add_special_tokens: the post-processor's specials (for BERT [CLS] … [SEP];
+// none when tokenizer.json has no post-processor) around the WordPiece ids,
+// truncated on the right so that the whole sequence has at most maxLen ids
+// (the specials are kept). maxLen ≤ 0 means no limit. The result is a new
+// slice owned by the caller.
 func (t *Tokenizer) Encode(text string, maxLen int) []int32 {
-	maxLen = max(maxLen, 2)
-	ids := []int32{t.cls}
+	budget := -1 // text tokens allowed; -1 = unlimited
+	if maxLen > 0 {
+		budget = max(maxLen-len(t.before)-len(t.after), 0)
+	}
+	ids := append([]int32(nil), t.before...)
+	n0 := len(ids)
 	for _, seg := range t.splitAdded(text) {
+		if budget >= 0 && len(ids)-n0 >= budget {
+			break
+		}
 		if seg.id >= 0 {
 			ids = append(ids, seg.id)
 			continue
 		}
 		for _, w := range t.preTokenize(t.normalize(seg.text)) {
 			ids = t.wordPiece(ids, w)
-		}
-		if len(ids) >= maxLen-1 {
-			break
+			if budget >= 0 && len(ids)-n0 >= budget {
+				break
+			}
 		}
 	}
-	if len(ids) > maxLen-1 {
-		ids = ids[:maxLen-1]
+	if budget >= 0 && len(ids)-n0 > budget {
+		ids = ids[:n0+budget]
 	}
-	return append(ids, t.sep)
+	return append(ids, t.after...)
+}
+
+// Truncation returns tokenizer.json's truncation.max_length (0 = none).
+func (t *Tokenizer) Truncation() int { return t.truncation }
+
+type postProcessorJSON struct {
+	Type   string            `json:"type"`
+	Cls    []json.RawMessage `json:"cls"`
+	Sep    []json.RawMessage `json:"sep"`
+	Single []struct {
+		SpecialToken *struct {
+			ID string `json:"id"`
+		} `json:"SpecialToken"`
+		Sequence *struct {
+			ID string `json:"id"`
+		} `json:"Sequence"`
+	} `json:"single"`
+	SpecialTokens map[string]struct {
+		IDs []int32 `json:"ids"`
+	} `json:"special_tokens"`
+}
+
+// parsePostProcessor fills before/after from a BertProcessing or
+// TemplateProcessing post-processor (single-sequence template).
+func (t *Tokenizer) parsePostProcessor(name string, pp *postProcessorJSON, look func(field, tok string) (int32, error)) error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s: post_processor.%s: %s", ErrFormat, name, field, fmt.Sprintf(format, args...))
+	}
+	if pp == nil {
+		return nil
+	}
+	switch pp.Type {
+	case "BertProcessing":
+		tokOf := func(field string, pair []json.RawMessage) (int32, error) {
+			var s string
+			if len(pair) != 2 || json.Unmarshal(pair[0], &s) != nil {
+				return 0, bad(field, "want [token, id]")
+			}
+			return look("post_processor."+field, s)
+		}
+		cls, err := tokOf("cls", pp.Cls)
+		if err != nil {
+			return err
+		}
+		sep, err := tokOf("sep", pp.Sep)
+		if err != nil {
+			return err
+		}
+		t.before, t.after = []int32{cls}, []int32{sep}
+	case "TemplateProcessing":
+		seen := false
+		for i, item := range pp.Single {
+			switch {
+			case item.Sequence != nil:
+				if seen {
+					return bad("single", "more than one sequence")
+				}
+				seen = true
+			case item.SpecialToken != nil:
+				sp, ok := pp.SpecialTokens[item.SpecialToken.ID]
+				if !ok || len(sp.IDs) == 0 {
+					return bad("single", "item %d: special token %q not in special_tokens", i, item.SpecialToken.ID)
+				}
+				if seen {
+					t.after = append(t.after, sp.IDs...)
+				} else {
+					t.before = append(t.before, sp.IDs...)
+				}
+			default:
+				return bad("single", "item %d is neither SpecialToken nor Sequence", i)
+			}
+		}
+		if !seen {
+			return bad("single", "no sequence")
+		}
+	default:
+		return bad("type", "%q, want BertProcessing, TemplateProcessing or null", pp.Type)
+	}
+	return nil
 }
 
 // Tokens returns the vocabulary strings of ids (for debugging and tests).

@@ -99,3 +99,48 @@ func TestTokenizerErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestTokenizerPostProcessors(t *testing.T) {
+	base := readFile(t, "testdata/tiny/tokenizer.json")
+	start := strings.Index(base, `"post_processor": {`)
+	end := strings.Index(base, `"decoder":`)
+	with := func(pp string) string { return base[:start] + `"post_processor": ` + pp + ",\n " + base[end:] }
+	for _, tc := range []struct {
+		name, pp, want string
+	}{
+		{"null", "null", "hello world"},
+		{"bert", `{"type":"BertProcessing","sep":["[SEP]",3],"cls":["[CLS]",2]}`, "[CLS] hello world [SEP]"},
+		{"template with two prefixes", `{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"[CLS]","type_id":0}},{"SpecialToken":{"id":"[MASK]","type_id":0}},{"Sequence":{"id":"A","type_id":0}}],"special_tokens":{"[CLS]":{"ids":[2]},"[MASK]":{"ids":[4]}}}`, "[CLS] [MASK] hello world"},
+	} {
+		tok, err := ParseTokenizer(tc.name, []byte(with(tc.pp)))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := strings.Join(tok.Tokens(tok.Encode("Hello world", 0)), " "); got != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	// Without specials, truncation counts text tokens only.
+	tok, _ := ParseTokenizer("null", []byte(with("null")))
+	if got := strings.Join(tok.Tokens(tok.Encode("unaffable hello", 2)), " "); got != "un ##aff" {
+		t.Errorf("truncation without specials: %q", got)
+	}
+	for name, pp := range map[string]string{
+		"roberta":         `{"type":"RobertaProcessing","sep":["[SEP]",3],"cls":["[CLS]",2]}`,
+		"unknown special": `{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}},{"Sequence":{"id":"A","type_id":0}}],"special_tokens":{}}`,
+		"no sequence":     `{"type":"TemplateProcessing","single":[],"special_tokens":{}}`,
+	} {
+		if _, err := ParseTokenizer(name, []byte(with(pp))); !errors.Is(err, ErrFormat) {
+			t.Errorf("%s: got %v, want ErrFormat", name, err)
+		}
+	}
+	tr := strings.Replace(base, `"truncation": null`, `"truncation": {"direction": "Right", "max_length": 5, "strategy": "LongestFirst", "stride": 0}`, 1)
+	tok, err := ParseTokenizer("trunc", []byte(tr))
+	if err != nil || tok.Truncation() != 5 {
+		t.Fatalf("truncation: %v %v", tok, err)
+	}
+	tr = strings.Replace(tr, `"Right"`, `"Left"`, 1)
+	if _, err := ParseTokenizer("left", []byte(tr)); !errors.Is(err, ErrFormat) {
+		t.Fatalf("left truncation: %v", err)
+	}
+}
