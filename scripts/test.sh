@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The test command of the README: `./scripts/test.sh` (and what .ci/run runs).
+#   - starts a real Redis (installs redis-server from apt when none answers)
+#   - gofmt and go vet must be clean
+#   - go test -short ./... (the long acceptance runs: see README "Benchmarks and long checks")
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export GOFLAGS="${GOFLAGS:-}"
+bash .ci/redis.sh
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+go vet ./...
+go test -short -count=1 -timeout 20m ./...
