@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/specgate/specgate/engine/safetensors"
 )
 
 // golden is engine/testdata/hf/<case>/golden.json, written by the HF
@@ -108,7 +110,8 @@ func checkGolden(t *testing.T, dir string) {
 				worst = d
 			}
 			if !(d <= 1e-3) {
-				t.Fatalf("sequence %d, token %d, id %d: logit %v, HF %v (|Δ| %g)", si, i/V, i%V, v, want, d)
+				t.Fatalf("sequence %d, token %d, id %d: logit %v, HF %v (|Δ| %g)%s", si, i/V, i%V, v, want, d,
+					diagnoseInvFreq(m, seq, data[4*off:4*(off+len(seq)*V)]))
 			}
 		}
 		off += len(seq) * V
@@ -120,6 +123,43 @@ func checkGolden(t *testing.T, dir string) {
 		}
 	}
 	t.Logf("%s: %d sequences, max |Δlogit| %.3g, greedy %d tokens identical", filepath.Base(dir), len(g.Sequences), worst, len(g.Greedy))
+}
+
+// diagnoseInvFreq explains a common golden defect: a reference model cast
+// to float16/bfloat16 (model.to(dtype)) and back (model.float()) keeps its
+// rotary inv_freq buffer rounded to that dtype, so its RoPE angles drift with
+// the position. If rounding our inv_freq the same way reproduces the golden,
+// it says so.
+func diagnoseInvFreq(m *Model, seq []int32, want []byte) string {
+	be, ok := m.Backend().(*CPUBackend)
+	if !ok || (m.Config.DType != "float16" && m.Config.DType != "bfloat16") {
+		return ""
+	}
+	saved := append([]float32(nil), be.invFreq...)
+	defer copy(be.invFreq, saved)
+	for i, f := range be.invFreq {
+		if m.Config.DType == "float16" {
+			be.invFreq[i] = safetensors.F16ToFloat32(safetensors.Float32ToF16(f))
+		} else {
+			be.invFreq[i] = safetensors.BF16ToFloat32(safetensors.Float32ToBF16(f))
+		}
+	}
+	s := m.NewSequence()
+	defer s.Free()
+	lg, err := s.Forward(seq, nil, nil)
+	if err != nil {
+		return ""
+	}
+	var worst float64
+	for i, v := range lg {
+		worst = math.Max(worst, math.Abs(float64(v)-float64(math.Float32frombits(binary.LittleEndian.Uint32(want[4*i:])))))
+	}
+	if worst > 1e-4 {
+		return ""
+	}
+	return fmt.Sprintf("\nWith RoPE inv_freq rounded to %s the engine matches this golden (max |Δ| %.2g): the reference ran with "+
+		"a rounded inv_freq buffer (model.to(%s) ... model.float() in the golden script), which HF's from_pretrained(dtype=float32) "+
+		"does not do. Regenerate the golden from a model reloaded with from_pretrained(dtype=torch.float32).", m.Config.DType, worst, m.Config.DType)
 }
 
 // greedyDecode runs n greedy steps without stopping at EOS.
