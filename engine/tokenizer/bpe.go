@@ -87,6 +87,9 @@ func parseBPE(r json.RawMessage) (*bpeModel, error) {
 		}
 		m.vocab[tok] = int32(id)
 	}
+	if lim := int64(2*len(m.vocab) + 1024); maxID >= lim {
+		return nil, errf(ErrFormat, "model.vocab", "largest id %d leaves the id space too sparse for %d entries", maxID, len(m.vocab))
+	}
 	m.vocabR = make([]string, maxID+1)
 	owner := make([]bool, maxID+1)
 	for tok, id := range m.vocab {

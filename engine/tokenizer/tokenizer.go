@@ -103,6 +103,9 @@ func readBounded(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > MaxFileSize {
+		return nil, fmt.Errorf("%s: %d bytes exceeds limit of %d bytes: %w", filepath.Base(path), st.Size(), MaxFileSize, ErrTooLarge)
+	}
 	buf, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Base(path), err)
@@ -202,6 +205,17 @@ func FromJSON(data []byte, configJSON []byte) (*Tokenizer, error) {
 			lstrip: a.LStrip, rstrip: a.RStrip, normalized: norm, special: a.Special})
 		if int(id) > maxID {
 			maxID = int(id)
+		}
+	}
+	if lim := 2*(len(t.model.vocab)+len(toks)) + 1024; maxID >= lim {
+		return nil, errf(ErrFormat, "added_tokens", "largest id %d leaves the id space too sparse for %d model and %d added tokens", maxID, len(t.model.vocab), len(toks))
+	}
+	if t.post != nil {
+		pre, suf := t.post.wrap(nil, nil)
+		for _, id := range append(pre, suf...) {
+			if int(id) > maxID {
+				return nil, errf(ErrFormat, "post_processor", "special token id %d is not a token id (vocab size %d)", id, maxID+1)
+			}
 		}
 	}
 	t.idToTok = make([]string, maxID+1)
