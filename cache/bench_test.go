@@ -61,14 +61,18 @@ func exactText(s *benchState, i int) string { return s.keys[(i*7919)%len(s.keys)
 func semanticText(s *benchState, i int) string {
 	return "please " + strings.ToLower(strings.TrimSuffix(s.keys[(i*7919)%len(s.keys)], "?"))
 }
-func missText(_ *benchState, i int) string { return fmt.Sprintf("What is the unrelated question number %d?", i) }
+func missText(_ *benchState, i int) string {
+	return fmt.Sprintf("What is the unrelated question number %d?", i)
+}
 
-func BenchmarkHitExact10k(b *testing.B)     { benchLookup(b, 10_000, exactText, cache.TierExact) }
-func BenchmarkHitSemantic10k(b *testing.B)  { benchLookup(b, 10_000, semanticText, cache.TierSemantic) }
-func BenchmarkMiss10k(b *testing.B)         { benchLookup(b, 10_000, missText, "") }
-func BenchmarkHitExact100k(b *testing.B)    { benchLookup(b, 100_000, exactText, cache.TierExact) }
-func BenchmarkHitSemantic100k(b *testing.B) { benchLookup(b, 100_000, semanticText, cache.TierSemantic) }
-func BenchmarkMiss100k(b *testing.B)        { benchLookup(b, 100_000, missText, "") }
+func BenchmarkHitExact10k(b *testing.B)    { benchLookup(b, 10_000, exactText, cache.TierExact) }
+func BenchmarkHitSemantic10k(b *testing.B) { benchLookup(b, 10_000, semanticText, cache.TierSemantic) }
+func BenchmarkMiss10k(b *testing.B)        { benchLookup(b, 10_000, missText, "") }
+func BenchmarkHitExact100k(b *testing.B)   { benchLookup(b, 100_000, exactText, cache.TierExact) }
+func BenchmarkHitSemantic100k(b *testing.B) {
+	benchLookup(b, 100_000, semanticText, cache.TierSemantic)
+}
+func BenchmarkMiss100k(b *testing.B) { benchLookup(b, 100_000, missText, "") }
 
 func BenchmarkLexicalEmbed(b *testing.B) {
 	e, _ := cache.NewLexical(0)
