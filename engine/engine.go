@@ -116,7 +116,12 @@ type request struct {
 	sampler   SamplingParams
 	rng       *rand.Rand
 	awaiting  bool // waiting for the caller's continue/stop
-	finished  bool
+	// recompute: the KV was given back under memory pressure; recomputeCtx
+	// (prompt + generated but the pending token) is prefilled again.
+	recompute    bool
+	recomputeCtx []int32
+	preemptions  int
+	finished     bool
 }
 
 // Generate implements Generator.
@@ -501,11 +506,10 @@ func (e *Engine) step(ready []*request, active int) {
 			e.fail(r, err)
 			continue
 		}
-		prompt := r.req.Prompt
-		if r.prefilled < len(prompt) {
-			end := min(r.prefilled+e.opts.PrefillChunk, len(prompt))
-			it := BatchItem{Seq: r.seq, Tokens: prompt[r.prefilled:end]}
-			if end == len(prompt) {
+		if ctxToks := r.context(); r.prefilled < len(ctxToks) {
+			end := min(r.prefilled+e.opts.PrefillChunk, len(ctxToks))
+			it := BatchItem{Seq: r.seq, Tokens: ctxToks[r.prefilled:end]}
+			if end == len(ctxToks) && !r.recompute {
 				it.LogitsRows = []int32{int32(end - r.prefilled - 1)}
 			} else {
 				it.LogitsRows = []int32{}
@@ -525,13 +529,12 @@ func (e *Engine) step(ready []*request, active int) {
 		if err := e.m.ForwardBatch(items); err != nil {
 			// isolate the failing request(s): forward one by one.
 			for i := range items {
-				one := items[i : i+1]
-				if err := e.m.ForwardBatch(one); err != nil {
+				if err := e.m.ForwardBatch(items[i : i+1]); err != nil {
 					r := owners[i]
 					owners[i] = nil
-					if errors.Is(err, ErrKVExhausted) && active > 1 && r.prefilled < len(r.req.Prompt) {
-						// wait for running requests to free KV; retry next step.
-						r.out <- stepOut{}
+					if errors.Is(err, ErrKVExhausted) && e.m.kv.UsedBlocks() > len(r.seq.t.Blocks) {
+						e.preempt(r)
+						r.out <- stepOut{} // no token this step; retried after the ack
 						continue
 					}
 					e.fail(r, err)
@@ -543,9 +546,12 @@ func (e *Engine) step(ready []*request, active int) {
 				continue
 			}
 			it := items[i]
-			if r.prefilled < len(r.req.Prompt) {
+			if ctxToks := r.context(); r.prefilled < len(ctxToks) {
 				r.prefilled += len(it.Tokens)
-				if r.prefilled < len(r.req.Prompt) {
+				if r.prefilled < len(ctxToks) || r.recompute {
+					if r.prefilled == len(ctxToks) {
+						r.recompute = false
+					}
 					r.out <- stepOut{} // progress without a token: keeps cancellation checks per step
 					continue
 				}
@@ -556,6 +562,37 @@ func (e *Engine) step(ready []*request, active int) {
 	for _, r := range specs {
 		e.specStep(r, active)
 	}
+}
+
+// context is what a request's KV must hold before its next decode: the
+// prompt, or after a preemption the prompt and all generated tokens but the
+// pending one.
+func (r *request) context() []int32 {
+	if !r.recompute {
+		return r.req.Prompt
+	}
+	return r.recomputeCtx
+}
+
+// preempt handles a request that found the KV full while other requests
+// hold blocks. A prompt simply waits. A decoding request gives its KV back
+// and recomputes it later (vLLM-style recompute preemption), so that the
+// others can finish.
+func (e *Engine) preempt(r *request) {
+	if !r.recompute && r.prefilled < len(r.req.Prompt) {
+		return // still prefilling the prompt: wait
+	}
+	if r.recompute {
+		return // re-prefill waiting for room
+	}
+	ctxToks := make([]int32, 0, len(r.req.Prompt)+len(r.generated))
+	ctxToks = append(ctxToks, r.req.Prompt...)
+	ctxToks = append(ctxToks, r.generated[:len(r.generated)-1]...)
+	r.seq.Free()
+	r.seq, r.prefilled = e.m.NewCachedSequence(ctxToks, r.req.PrefixSalt)
+	r.recompute = true
+	r.recomputeCtx = ctxToks
+	r.preemptions++
 }
 
 func (e *Engine) sampleInto(r *request, logits []float32) {
@@ -576,6 +613,7 @@ func (e *Engine) specStep(r *request, active int) {
 			Rand: r.rng, Stats: &r.stats}
 	}
 	st := r.state
+	st.Seq = r.seq
 	st.Generated = r.generated
 	st.Pending = r.generated[len(r.generated)-1]
 	st.MaxNew = max(r.maxNew-len(r.generated), 1)
