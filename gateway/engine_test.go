@@ -15,31 +15,37 @@ import (
 // shippedDir is the model the acceptance tests run against.
 const shippedDir = "../models/specgate-target"
 
-var shipped struct {
+type loadedModel struct {
 	once sync.Once
 	m    *engine.Model
 	e    *engine.Engine
 	err  error
 }
 
+// shipped is shared by the tests; shippedNoPrefix has the prefix cache off
+// so that golden usage numbers do not depend on which test ran first.
+var shipped, shippedNoPrefix loadedModel
+
 // shippedModel serves the shipped model with the real engine (CPU). It
 // skips the test when the model is not in the tree.
-func shippedModel(t testing.TB) *LocalModel {
+func shippedModel(t testing.TB) *LocalModel { return loadShipped(t, &shipped, false) }
+
+func loadShipped(t testing.TB, l *loadedModel, noPrefix bool) *LocalModel {
 	t.Helper()
 	if _, err := os.Stat(filepath.Join(shippedDir, "config.json")); err != nil {
 		t.Skipf("shipped model %s not present: %v", shippedDir, err)
 	}
-	shipped.once.Do(func() {
-		shipped.m, shipped.err = engine.Load(shippedDir, engine.LoadOptions{})
-		if shipped.err == nil {
-			shipped.e = engine.New(shipped.m, engine.Options{})
+	l.once.Do(func() {
+		l.m, l.err = engine.Load(shippedDir, engine.LoadOptions{DisablePrefixCache: noPrefix})
+		if l.err == nil {
+			l.e = engine.New(l.m, engine.Options{})
 		}
 	})
-	if shipped.err != nil {
-		t.Fatalf("loading %s: %v", shippedDir, shipped.err)
+	if l.err != nil {
+		t.Fatalf("loading %s: %v", shippedDir, l.err)
 	}
-	return &LocalModel{Name: "specgate-target", Aliases: []string{"specgate"}, Generator: shipped.e, Tokenizer: shipped.m.Tokenizer,
-		ContextLength: shipped.m.Config.MaxPositions, KV: shipped.m.KV(), Created: time.Unix(1700000000, 0)}
+	return &LocalModel{Name: "specgate-target", Aliases: []string{"specgate"}, Generator: l.e, Tokenizer: l.m.Tokenizer,
+		ContextLength: l.m.Config.MaxPositions, KV: l.m.KV(), Created: time.Unix(1700000000, 0)}
 }
 
 // randomModel serves a small random-weight Llama with the real engine and

@@ -396,8 +396,12 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 		secs := int((ae.RetryAfter + time.Second - 1) / time.Second)
 		c.Set("Retry-After", strconv.Itoa(secs))
 	}
-	if c.Get("X-Request-ID") == "" && len(c.Response().Header.Peek("X-Request-ID")) == 0 {
-		c.Set("X-Request-ID", newRequestID())
+	if len(c.Response().Header.Peek("X-Request-ID")) == 0 {
+		id := c.Get("X-Request-ID")
+		if !validRequestID(id) {
+			id = newRequestID()
+		}
+		c.Set("X-Request-ID", id)
 	}
 	body, _ := json.Marshal(ae)
 	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
