@@ -216,6 +216,28 @@ func (m *bpeModel) tokenize(dst []int32, w string) []int32 {
 	return dst
 }
 
+// tokenizeBytes is tokenize for a word held in a scratch buffer (not retained): lookups do
+// not allocate; a string is made only on a cache miss.
+func (m *bpeModel) tokenizeBytes(dst []int32, w []byte) []int32 {
+	if len(w) == 0 {
+		return dst
+	}
+	if m.ignoreMerges {
+		if id, ok := m.vocab[string(w)]; ok {
+			return append(dst, id)
+		}
+	}
+	if len(w) < cacheMaxWord {
+		m.mu.RLock()
+		ids, ok := m.cache[string(w)]
+		m.mu.RUnlock()
+		if ok {
+			return append(dst, ids...)
+		}
+	}
+	return m.tokenize(dst, string(w))
+}
+
 // symbol is one node of the doubly linked list of a word being merged.
 type symbol struct {
 	id         int32

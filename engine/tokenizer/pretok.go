@@ -15,28 +15,35 @@ import (
 type piece struct {
 	s      string
 	origin bool
+	raw    bool // s still needs the byte-level mapping (lazy final ByteLevel step)
 }
 
-// preTokenizer splits pieces further (and may transform them). It appends to dst and
-// returns it; empty pieces are dropped.
+// preTokenizer splits a piece further (and may transform it), calling emit for each
+// non-empty result in order.
 type preTokenizer interface {
-	preTokenize(dst []piece, in []piece) []piece
+	each(p piece, emit func(piece))
 }
 
 type preSeq []preTokenizer
 
-func (p preSeq) preTokenize(dst []piece, in []piece) []piece {
-	if len(p) == 0 {
-		return append(dst, in...)
+func (s preSeq) each(p piece, emit func(piece)) { chain(s, emit)(p) }
+
+// chain composes the steps of s into one function ending in emit (built once per Encode).
+func chain(s preSeq, emit func(piece)) func(piece) {
+	f := emit
+	for i := len(s) - 1; i >= 0; i-- {
+		x, next := s[i], f
+		f = func(p piece) { x.each(p, next) }
 	}
-	cur := in
-	for i, x := range p {
-		if i == len(p)-1 {
-			return x.preTokenize(dst, cur)
-		}
-		cur = x.preTokenize(nil, cur)
+	return f
+}
+
+// pipeline returns the pre-tokenizer as one function ending in emit.
+func pipeline(p preTokenizer, emit func(piece)) func(piece) {
+	if s, ok := p.(preSeq); ok {
+		return chain(s, emit)
 	}
-	return dst
+	return func(q piece) { p.each(q, emit) }
 }
 
 // matcher finds the next match in s at or after byte offset i, returning [start,end) or
@@ -59,10 +66,29 @@ type seg struct {
 }
 
 // splitBy applies HF NormalizedString::split semantics for pattern matches found by m.
-func splitBy(dst []piece, p piece, m matcher, beh behavior, invert bool) []piece {
+func splitBy(p piece, m matcher, beh behavior, invert bool, emit func(piece)) {
 	s := p.s
 	if s == "" {
-		return dst
+		return
+	}
+	if beh == bIsolated && !invert {
+		// Fast path: every match and every gap is its own piece.
+		prev := 0
+		for i := 0; i < len(s); {
+			a, b := m(s, i)
+			if a < 0 || b <= a {
+				break
+			}
+			if prev != a {
+				emit(piece{s: s[prev:a], origin: p.origin && prev == 0, raw: p.raw})
+			}
+			emit(piece{s: s[a:b], origin: p.origin && a == 0, raw: p.raw})
+			prev, i = b, b
+		}
+		if prev != len(s) {
+			emit(piece{s: s[prev:], origin: p.origin && prev == 0, raw: p.raw})
+		}
+		return
 	}
 	var segs []seg
 	prev := 0
@@ -132,10 +158,9 @@ func splitBy(dst []piece, p piece, m matcher, beh behavior, invert bool) []piece
 	}
 	for _, x := range out {
 		if x.b > x.a {
-			dst = append(dst, piece{s: s[x.a:x.b], origin: p.origin && x.a == 0})
+			emit(piece{s: s[x.a:x.b], origin: p.origin && x.a == 0, raw: p.raw})
 		}
 	}
-	return dst
 }
 
 // wholeMatcher turns a "match at i" function (which always matches a non-empty prefix
@@ -357,39 +382,36 @@ type preSplit struct {
 	invert bool
 }
 
-func (p preSplit) preTokenize(dst []piece, in []piece) []piece {
-	for _, x := range in {
-		dst = splitBy(dst, x, p.m, p.beh, p.invert)
-	}
-	return dst
-}
+func (p preSplit) each(x piece, emit func(piece)) { splitBy(x, p.m, p.beh, p.invert, emit) }
 
 type preByteLevel struct {
 	addPrefixSpace bool
 	useRegex       bool
+	lazy           bool // last step of the pipeline: leave mapping to the model (piece.raw)
 }
 
 var gpt2Matcher = wholeMatcher(gpt2At)
 
-func (p preByteLevel) preTokenize(dst []piece, in []piece) []piece {
-	start := len(dst)
-	for _, x := range in {
-		if x.s == "" {
-			continue
-		}
-		if p.addPrefixSpace && x.s[0] != ' ' {
-			x.s = " " + x.s
-		}
-		if p.useRegex {
-			dst = splitBy(dst, x, gpt2Matcher, bIsolated, false)
+func (p preByteLevel) each(x piece, emit func(piece)) {
+	if x.s == "" {
+		return
+	}
+	if p.addPrefixSpace && x.s[0] != ' ' {
+		x.s = " " + x.s
+	}
+	out := func(q piece) {
+		if p.lazy {
+			q.raw = true
 		} else {
-			dst = append(dst, x)
+			q.s = byteLevelMap(q.s)
 		}
+		emit(q)
 	}
-	for i := start; i < len(dst); i++ {
-		dst[i].s = byteLevelMap(dst[i].s)
+	if p.useRegex {
+		splitBy(x, gpt2Matcher, bIsolated, false, out)
+	} else {
+		out(x)
 	}
-	return dst
 }
 
 type prependScheme int
@@ -401,36 +423,34 @@ const (
 )
 
 type preMetaspace struct {
-	repl   string
-	replR  rune
-	scheme prependScheme
-	split  bool
+	matcher matcher
+	repl    string
+	replR   rune
+	scheme  prependScheme
+	split   bool
 }
 
-func (p preMetaspace) preTokenize(dst []piece, in []piece) []piece {
-	for _, x := range in {
-		if x.s == "" {
-			continue
+func (p preMetaspace) each(x piece, emit func(piece)) {
+	if x.s == "" {
+		return
+	}
+	s := strings.ReplaceAll(x.s, " ", p.repl)
+	switch p.scheme {
+	case prependAlways:
+		if !strings.HasPrefix(s, p.repl) {
+			s = p.repl + s
 		}
-		s := strings.ReplaceAll(x.s, " ", p.repl)
-		switch p.scheme {
-		case prependAlways:
-			if !strings.HasPrefix(s, p.repl) {
-				s = p.repl + s
-			}
-		case prependFirst:
-			if !strings.HasPrefix(s, p.repl) && x.origin {
-				s = p.repl + s
-			}
-		}
-		x.s = s
-		if p.split {
-			dst = splitBy(dst, x, literalMatcher(p.repl), bMergedWithNext, false)
-		} else {
-			dst = append(dst, x)
+	case prependFirst:
+		if !strings.HasPrefix(s, p.repl) && x.origin {
+			s = p.repl + s
 		}
 	}
-	return dst
+	x.s = s
+	if p.split {
+		splitBy(x, p.matcher, bMergedWithNext, false, emit)
+	} else {
+		emit(x)
+	}
 }
 
 func parseBehavior(s, field string) (behavior, error) {
@@ -447,6 +467,21 @@ func parseBehavior(s, field string) (behavior, error) {
 		return bContiguous, nil
 	}
 	return 0, errf(ErrUnsupported, field, "split behavior %q", s)
+}
+
+// markLazy lets a final ByteLevel step defer its byte mapping to the model, which maps into
+// a reused buffer and looks words up without allocating.
+func markLazy(p preTokenizer) preTokenizer {
+	switch x := p.(type) {
+	case preByteLevel:
+		x.lazy = true
+		return x
+	case preSeq:
+		if len(x) > 0 {
+			x[len(x)-1] = markLazy(x[len(x)-1])
+		}
+	}
+	return p
 }
 
 func parsePreTokenizer(r json.RawMessage, field string, depth int) (preTokenizer, error) {
@@ -547,6 +582,7 @@ func parsePreTokenizer(r json.RawMessage, field string, depth int) (preTokenizer
 			return nil, err
 		}
 		p.split = v.Split == nil || *v.Split
+		p.matcher = literalMatcher(p.repl)
 		return p, nil
 	case "Digits":
 		var v struct {

@@ -33,9 +33,7 @@ func TestSplitsMatchRegex(t *testing.T) {
 			t.Fatal(err)
 		}
 		var got []string
-		for _, p := range splitBy(nil, piece{s: c.Text}, ms[c.Pattern], bIsolated, false) {
-			got = append(got, p.s)
-		}
+		splitBy(piece{s: c.Text}, ms[c.Pattern], bIsolated, false, func(p piece) { got = append(got, p.s) })
 		if !slices.Equal(got, c.Splits) {
 			t.Errorf("%s %q:\n got %q\nwant %q", c.Pattern, c.Text, got, c.Splits)
 		}

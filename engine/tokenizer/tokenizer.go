@@ -166,6 +166,7 @@ func FromJSON(data []byte, configJSON []byte) (*Tokenizer, error) {
 	if t.pre, err = parsePreTokenizer(jt.PreTokenizer, "pre_tokenizer", 0); err != nil {
 		return nil, err
 	}
+	t.pre = markLazy(t.pre)
 	if t.post, err = parsePostProcessor(jt.PostProcessor, "post_processor", 0); err != nil {
 		return nil, err
 	}
