@@ -250,3 +250,28 @@ func TestGenerateKVPressure(t *testing.T) {
 		t.Fatalf("%d blocks used", m.KV().UsedBlocks())
 	}
 }
+
+func TestGenerateLogprobs(t *testing.T) {
+	m := NewRandomModel(genConfig(), 26, LoadOptions{KVTokens: 512, BlockSize: 4, Threads: 2})
+	e := New(m, Options{})
+	defer e.Close()
+	prompt := []int32{7, 8, 9}
+	s := m.NewSequence()
+	lg, _ := s.Forward(prompt, nil, []int32{2})
+	s.Free()
+	lp := LogSoftmax(lg)
+	first := Argmax(lg)
+	var chunks []Chunk
+	_, err := e.Generate(context.Background(), GenerateRequest{Prompt: prompt, MaxTokens: 4, Sampling: SamplingParams{Logprobs: 3}},
+		func(c Chunk) error { chunks = append(chunks, c); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := chunks[0]
+	if len(c.Tokens) != 1 || c.Tokens[0] != first || len(c.Logprobs) != 1 || len(c.Top) != 1 || len(c.Top[0]) != 3 {
+		t.Fatalf("first chunk %+v", c)
+	}
+	if c.Logprobs[0].Logprob != lp[first] || c.Top[0][0].Token != first || c.Top[0][0].Logprob < c.Top[0][1].Logprob {
+		t.Fatalf("logprobs %+v top %+v, want chosen %d with %v", c.Logprobs, c.Top[0], first, lp[first])
+	}
+}
