@@ -51,7 +51,8 @@ type ForwardRequest struct {
 	// and itself. nil means a causal chain (token i attends to 0..i).
 	// Parents[i] < i always.
 	Parents []int32
-	// LogitsRows selects which new tokens get logits: nil = all.
+	// LogitsRows selects which new tokens get logits: nil = all, an empty
+	// non-nil slice = none (a prefill chunk that needs no logits).
 	// Logits is filled row-major, len(LogitsRows or Tokens) * VocabSize.
 	LogitsRows []int32
 	Logits     []float32

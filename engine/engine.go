@@ -241,6 +241,9 @@ func (e *Engine) consume(ctx context.Context, r *request, emit func(Chunk) error
 			res.CompletionTokens = n
 			res.Finish = FinishCancelled
 			return res, ctx.Err()
+		case <-e.done:
+			res.CompletionTokens = n
+			return res, ErrClosed
 		}
 		if so.err != nil {
 			res.CompletionTokens = n

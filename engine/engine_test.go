@@ -275,3 +275,26 @@ func TestGenerateLogprobs(t *testing.T) {
 		t.Fatalf("logprobs %+v top %+v, want chosen %d with %v", c.Logprobs, c.Top[0], first, lp[first])
 	}
 }
+
+func TestEngineCloseEndsRequests(t *testing.T) {
+	m := NewRandomModel(genConfig(), 27, LoadOptions{KVTokens: 512, BlockSize: 4, Threads: 2})
+	e := New(m, Options{})
+	started := make(chan struct{})
+	var once sync.Once
+	done := make(chan error)
+	go func() {
+		_, err := e.Generate(context.Background(), GenerateRequest{Prompt: []int32{1, 2}, MaxTokens: 400}, func(Chunk) error {
+			once.Do(func() { close(started) })
+			return nil
+		})
+		done <- err
+	}()
+	<-started
+	e.Close()
+	if err := <-done; err != nil && !errors.Is(err, ErrClosed) {
+		t.Fatalf("err %v, want nil or ErrClosed", err)
+	}
+	if _, _, err := collect(e, context.Background(), GenerateRequest{Prompt: []int32{1}}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+}
