@@ -20,6 +20,10 @@ func RenderTemplate(src string, msgs []Message, addGenerationPrompt bool, bosTok
 	if err != nil {
 		return "", err
 	}
+	return render(nodes, msgs, addGenerationPrompt, map[string]string{"bos_token": bosToken, "eos_token": eosToken})
+}
+
+func render(nodes []jnode, msgs []Message, addGenerationPrompt bool, tokenVars map[string]string) (string, error) {
 	list := make([]any, len(msgs))
 	for i, m := range msgs {
 		d := newDict()
@@ -28,10 +32,13 @@ func RenderTemplate(src string, msgs []Message, addGenerationPrompt bool, bosTok
 		list[i] = d
 	}
 	vars := globals()
+	vars["bos_token"] = ""
+	vars["eos_token"] = ""
+	for k, v := range tokenVars {
+		vars[k] = v
+	}
 	vars["messages"] = list
 	vars["add_generation_prompt"] = addGenerationPrompt
-	vars["bos_token"] = bosToken
-	vars["eos_token"] = eosToken
 	vars["tools"] = nil
 	vars["documents"] = nil
 	var out strings.Builder
@@ -47,11 +54,22 @@ func RenderTemplate(src string, msgs []Message, addGenerationPrompt bool, bosTok
 }
 
 // RenderChat renders the tokenizer's chat template (tokenizer_config.json chat_template or
-// chat_template.jinja) with msgs. An unsupported construct gives an error wrapping
-// ErrUnsupportedTemplate naming it; raise_exception and runtime failures wrap ErrTemplate.
+// chat_template.jinja) with msgs, bos_token/eos_token and the config's other *_token
+// strings. An unsupported construct gives an error wrapping ErrUnsupportedTemplate naming
+// it; raise_exception and runtime failures wrap ErrTemplate. The template is parsed once.
 func (t *Tokenizer) RenderChat(msgs []Message, addGenerationPrompt bool) (string, error) {
 	if t.tmpl == "" {
 		return "", fmt.Errorf("%s: chat_template: %w", fileCfg, ErrNoChatTemplate)
 	}
-	return RenderTemplate(t.tmpl, msgs, addGenerationPrompt, t.bosToken, t.eosToken)
+	t.tmplOnce.Do(func() { t.tmplAST, t.tmplErr = parseTemplate(t.tmpl) })
+	if t.tmplErr != nil {
+		return "", t.tmplErr
+	}
+	vars := map[string]string{"bos_token": t.bosToken, "eos_token": t.eosToken}
+	for k, v := range t.tokenVars {
+		if k != "bos_token" && k != "eos_token" {
+			vars[k] = v
+		}
+	}
+	return render(t.tmplAST, msgs, addGenerationPrompt, vars)
 }

@@ -102,3 +102,27 @@ func TestChatUnsupported(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderChatGoldenSpecgate renders through Tokenizer.RenderChat (config-provided
+// template and special tokens) for the golden cases of our tokenizer's template.
+func TestRenderChatGoldenSpecgate(t *testing.T) {
+	tk, err := Load("testdata/specgate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i, c := range readChatCases(t, "testdata/chat/golden.jsonl") {
+		if c.Template != tk.ChatTemplate() || c.Rendered == nil || c.BOS != tk.bosToken || c.EOS != tk.eosToken {
+			continue
+		}
+		got, err := tk.RenderChat(c.Messages, c.AddGenerationPrompt)
+		if err != nil || got != *c.Rendered {
+			t.Errorf("case %d: got %q, %v; want %q", i, got, err, *c.Rendered)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no golden case uses the specgate template")
+	}
+	t.Logf("%d cases", n)
+}

@@ -72,6 +72,19 @@ func (t *Tokenizer) applyConfig(data []byte) error {
 		}
 		t.eos = []int32{id}
 	}
+	t.tokenVars = map[string]string{}
+	if len(data) > 0 {
+		var all map[string]json.RawMessage
+		if json.Unmarshal(data, &all) == nil {
+			for k, v := range all {
+				if strings.HasSuffix(k, "_token") {
+					if s, err := tokenString(v, k); err == nil && s != "" {
+						t.tokenVars[k] = s
+					}
+				}
+			}
+		}
+	}
 	t.addBOS, t.addEOS = c.AddBOS, c.AddEOS
 	if c.Cleanup != nil {
 		t.cleanup = *c.Cleanup

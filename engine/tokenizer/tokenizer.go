@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 )
 
 // Sentinel errors. Returned errors wrap one of these and name the file and field.
@@ -69,8 +70,14 @@ type Tokenizer struct {
 	addEOS   *bool
 	cleanup  bool // tokenizer_config clean_up_tokenization_spaces
 	tmpl     string
-	bosToken string
-	eosToken string
+	tmplOnce sync.Once
+	tmplAST  []jnode
+	tmplErr  error
+	// tokenVars holds tokenizer_config *_token strings (bos_token, pad_token, ...), passed to
+	// the chat template as transformers does.
+	tokenVars map[string]string
+	bosToken  string
+	eosToken  string
 }
 
 // Load reads dir/tokenizer.json and, if present, dir/tokenizer_config.json and
