@@ -1,0 +1,78 @@
+package speculative
+
+// controller is one request's adaptive speculation state: an EWMA of the
+// conditional acceptance rate at every tree depth. It is a pure function of
+// the request's history (no clocks), so the same history gives the same
+// decisions.
+type controller struct {
+	acc      []float64 // acc[d-1] ≈ P(a node at depth d is accepted | depth d-1 was)
+	plainRun int       // consecutive plain steps chosen by plan
+}
+
+const (
+	ewmaWeight   = 0.15 // weight of the newest observation
+	priorAccept  = 0.6  // initial acc at every depth
+	probeEvery   = 8    // after this many plain steps, probe with depth 1
+	minGainRatio = 1.0  // speculate only when the expected gain exceeds plain decoding
+)
+
+func newController(maxDepth int) controller {
+	c := controller{acc: make([]float64, maxDepth)}
+	for i := range c.acc {
+		c.acc[i] = priorAccept
+	}
+	return c
+}
+
+// expected returns the expected tokens of one step of the given depth:
+// 1 (the bonus) + sum over d of prod_{i<=d} acc[i-1].
+func (c *controller) expected(depth int) float64 {
+	e, run := 1.0, 1.0
+	for d := range depth {
+		run *= c.acc[d]
+		e += run
+	}
+	return e
+}
+
+// plan picks the depth (<= limit) maximizing expected tokens per unit of
+// cost, or 0 for a plain step. Costs, in one-token target forwards:
+// speculative step = 1 + verifyCost*nodes(depth) + draftCost*depth (depth
+// draft forwards); plain step of this request = its share of a batched
+// forward with active requests: (1 + verifyCost*(active-1))/active. While
+// plain decoding wins, every probeEvery-th step probes with depth 1 so the
+// estimate can recover.
+func (c *controller) plan(limit int, nodes func(int) int, verifyCost, draftCost float64, active int) int {
+	active = max(active, 1)
+	plain := (1 + verifyCost*float64(active-1)) / float64(active)
+	best, bestGain := 0, minGainRatio
+	for depth := 1; depth <= min(limit, len(c.acc)); depth++ {
+		cost := 1 + verifyCost*float64(nodes(depth)) + draftCost*float64(depth)
+		gain := c.expected(depth) * plain / cost
+		if gain > bestGain {
+			best, bestGain = depth, gain
+		}
+	}
+	if best > 0 {
+		c.plainRun = 0
+		return best
+	}
+	c.plainRun++
+	if c.plainRun >= probeEvery {
+		c.plainRun = 0
+		return 1
+	}
+	return 0
+}
+
+// update records one verified step: at depths 1..trials a choice was tried,
+// and the first accepted ones succeeded.
+func (c *controller) update(trials, accepted int) {
+	for d := 0; d < trials && d < len(c.acc); d++ {
+		x := 0.0
+		if d < accepted {
+			x = 1
+		}
+		c.acc[d] += ewmaWeight * (x - c.acc[d])
+	}
+}
