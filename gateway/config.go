@@ -284,6 +284,12 @@ func cleanYAMLError(err error) string {
 	return strings.Join(lines, "; ")
 }
 
+// Complete fills the defaults of a Config built in code and validates it.
+func (c *Config) Complete() error {
+	c.applyDefaults()
+	return c.Validate()
+}
+
 // ApplyEnv applies SPECGATE_ADDR, SPECGATE_DATA_DIR and SPECGATE_API_KEYS
 // from getenv (os.Getenv in production).
 func (c *Config) ApplyEnv(getenv func(string) string) error {

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/specgate/specgate/gateway"
+)
+
+func init() {
+	register("bench-gateway", "gateway overhead on the proxy path at fixed request rates (wrk; apt-get install wrk)", runBenchGateway)
+}
+
+var errNoWrk = errors.New("bench-gateway: wrk not found (install it by package name: apt-get install wrk)")
+
+// benchBody is the fixed chat request both paths send.
+const benchBody = `{"model":"bench-model","messages":[{"role":"user","content":"What does ephemeral mean?"}],"max_tokens":16}`
+
+// benchReply is the upstream's fixed answer (a typical small completion).
+const benchReply = `{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"bench-model","system_fingerprint":"fp_bench","choices":[{"index":0,"message":{"role":"assistant","content":"Ephemeral: lasting a very short time.","refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":17,"completion_tokens":9,"total_tokens":26}}`
+
+// wrkResult is what the Lua done() hook prints: latencies in microseconds.
+type wrkResult struct {
+	requests  int64
+	durationS float64
+	errors    int64
+	mean, p50 float64
+	p90, p99  float64
+}
+
+func (r wrkResult) rps() float64 { return float64(r.requests) / r.durationS }
+
+// wrkScript paces each connection with delay() so that conns connections
+// together offer the target rate (wrk has no rate flag; wrk2 is not packaged),
+// and prints the summary on one line.
+func wrkScript(delayMS int) string {
+	return fmt.Sprintf(`wrk.method = "POST"
+wrk.body = %q
+wrk.headers["Content-Type"] = "application/json"
+function delay() return %d end
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("RESULT %%d %%d %%d %%.3f %%.3f %%.3f %%.3f\n", summary.requests, summary.duration,
+    e.connect + e.read + e.write + e.status + e.timeout, latency.mean, latency:percentile(50), latency:percentile(90), latency:percentile(99)))
+end
+`, benchBody, delayMS)
+}
+
+func runWrk(wrk, script, url string, conns, threads int, d time.Duration) (wrkResult, error) {
+	cmd := exec.Command(wrk, "-t", strconv.Itoa(threads), "-c", strconv.Itoa(conns), "-d", fmt.Sprintf("%ds", int(d.Seconds())),
+		"--timeout", "5s", "-s", script, url)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return wrkResult{}, fmt.Errorf("bench-gateway: wrk: %w: %s", err, out)
+	}
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 8 || f[0] != "RESULT" {
+			continue
+		}
+		var r wrkResult
+		var durUS int64
+		var perr error
+		parseI := func(s string) int64 {
+			v, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				perr = err
+			}
+			return v
+		}
+		parseF := func(s string) float64 {
+			v, err := strconv.ParseFloat(s, 64)
+			if err != nil {
+				perr = err
+			}
+			return v
+		}
+		r.requests, durUS, r.errors = parseI(f[1]), parseI(f[2]), parseI(f[3])
+		r.mean, r.p50, r.p90, r.p99 = parseF(f[4]), parseF(f[5]), parseF(f[6]), parseF(f[7])
+		r.durationS = float64(durUS) / 1e6
+		if perr != nil {
+			return wrkResult{}, fmt.Errorf("bench-gateway: parsing wrk output %q: %w", sc.Text(), perr)
+		}
+		return r, nil
+	}
+	return wrkResult{}, fmt.Errorf("bench-gateway: no RESULT line in wrk output: %s", out)
+}
+
+func runBenchGateway(args []string) error {
+	fs := flag.NewFlagSet("bench-gateway", flag.ContinueOnError)
+	ratesFlag := fs.String("rates", "1000,5000", "target request rates (requests/s), comma separated")
+	dur := fs.Duration("duration", 10*time.Second, "measurement time per rate and path")
+	warm := fs.Duration("warmup", 2*time.Second, "warm-up time per rate and path (not measured)")
+	threads := fs.Int("threads", 2, "wrk threads")
+	pace := fs.Int("pace-ms", 10, "per-connection delay between requests; connections = rate × pace")
+	wrkPath := fs.String("wrk", "wrk", "wrk binary")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	wrk, err := exec.LookPath(*wrkPath)
+	if err != nil {
+		return errNoWrk
+	}
+	var rates []int
+	for _, s := range strings.Split(*ratesFlag, ",") {
+		r, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || r <= 0 || r > 100000 {
+			return fmt.Errorf("bench-gateway: --rates: bad rate %q", s)
+		}
+		rates = append(rates, r)
+	}
+	if *dur < time.Second || *dur > 10*time.Minute || *pace < 1 {
+		return fmt.Errorf("bench-gateway: --duration must be in [1s, 10m] and --pace-ms ≥ 1")
+	}
+
+	// The upstream: a fixed body, as fast as net/http serves it.
+	upLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	reply := []byte(benchReply)
+	upSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(reply)
+	})}
+	go func() { _ = upSrv.Serve(upLn) }()
+	defer upSrv.Close()
+	upURL := "http://" + upLn.Addr().String()
+
+	// The gateway in front of it: proxy path, no cache, no keys; request
+	// logs formatted at info level (discarded) as in production.
+	cfg := gateway.DefaultConfig()
+	cfg.Models = nil
+	disabled := false
+	cfg.Cache.Enabled = &disabled
+	cfg.Upstreams = []gateway.UpstreamConfig{{Name: "bench", BaseURL: upURL + "/v1", Models: []string{"bench-model"}, Timeout: 10 * time.Second}}
+	if err := cfg.Complete(); err != nil {
+		return err
+	}
+	srv, err := gateway.New(gateway.Options{Config: cfg, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		return err
+	}
+	gwLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	go func() { _ = srv.Serve(gwLn) }()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}()
+	gwURL := "http://" + gwLn.Addr().String()
+
+	dir, err := os.MkdirTemp("", "specgate-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	script := filepath.Join(dir, "bench.lua")
+	if err := os.WriteFile(script, []byte(wrkScript(*pace)), 0o644); err != nil {
+		return err
+	}
+
+	fmt.Printf("bench-gateway: POST /v1/chat/completions, %d-byte request, %d-byte reply; wrk %d threads, %v per point, %d ms pacing\n",
+		len(benchBody), len(benchReply), *threads, *dur, *pace)
+	fmt.Println()
+	fmt.Println("| target rps | conns | path | achieved rps | errors | mean µs | p50 µs | p90 µs | p99 µs |")
+	fmt.Println("|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+	type pair struct{ direct, gw wrkResult }
+	var results []pair
+	for _, rate := range rates {
+		conns := max(rate**pace/1000, 1)
+		var p pair
+		for _, path := range []struct {
+			name string
+			url  string
+			dst  *wrkResult
+		}{{"direct", upURL + "/v1/chat/completions", &p.direct}, {"gateway", gwURL + "/v1/chat/completions", &p.gw}} {
+			if *warm >= time.Second {
+				if _, err := runWrk(wrk, script, path.url, conns, *threads, *warm); err != nil {
+					return err
+				}
+			}
+			r, err := runWrk(wrk, script, path.url, conns, *threads, *dur)
+			if err != nil {
+				return err
+			}
+			*path.dst = r
+			fmt.Printf("| %d | %d | %s | %.0f | %d | %.0f | %.0f | %.0f | %.0f |\n", rate, conns, path.name, r.rps(), r.errors, r.mean, r.p50, r.p90, r.p99)
+		}
+		results = append(results, p)
+	}
+	fmt.Println()
+	fmt.Println("| target rps | mean overhead µs | p50 overhead µs | p99 overhead µs |")
+	fmt.Println("|---:|---:|---:|---:|")
+	for i, p := range results {
+		fmt.Printf("| %d | %.0f | %.0f | %.0f |\n", rates[i], p.gw.mean-p.direct.mean, p.gw.p50-p.direct.p50, p.gw.p99-p.direct.p99)
+	}
+	return nil
+}
