@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -121,6 +123,7 @@ type request struct {
 	recompute    bool
 	recomputeCtx []int32
 	preemptions  int
+	lastStep     uint64 // scheduler step that last served the request
 	finished     bool
 }
 
@@ -366,6 +369,7 @@ func (e *Engine) loop() {
 	defer close(e.done)
 	var active []*request // admitted, not finished
 	inflight := 0         // requests awaiting their caller's continue/stop
+	var stepNo uint64
 	handle := func(ev event) {
 		r := ev.r
 		switch ev.kind {
@@ -438,7 +442,13 @@ func (e *Engine) loop() {
 		deadline.Stop()
 		ready = e.readyList(active)
 		if len(ready) > e.opts.MaxBatch {
+			// least recently served first, so that no request starves.
+			slices.SortStableFunc(ready, func(a, b *request) int { return cmp.Compare(a.lastStep, b.lastStep) })
 			ready = ready[:e.opts.MaxBatch]
+		}
+		stepNo++
+		for _, r := range ready {
+			r.lastStep = stepNo
 		}
 		e.step(ready, len(active))
 		for _, r := range ready {

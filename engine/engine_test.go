@@ -298,3 +298,26 @@ func TestEngineCloseEndsRequests(t *testing.T) {
 		t.Fatalf("after Close: %v", err)
 	}
 }
+
+// TestGenerateMaxBatchFair: with MaxBatch 2 and 5 concurrent requests every
+// request completes with its solo output.
+func TestGenerateMaxBatchFair(t *testing.T) {
+	m := NewRandomModel(genConfig(), 28, LoadOptions{KVTokens: 2048, BlockSize: 4, Threads: 2})
+	e := New(m, Options{MaxBatch: 2})
+	defer e.Close()
+	var wg sync.WaitGroup
+	got := make([][]int32, 5)
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i], _, _ = collect(e, context.Background(), GenerateRequest{Prompt: []int32{int32(i + 1), 3, 4}, MaxTokens: 12})
+		}()
+	}
+	wg.Wait()
+	for i := range got {
+		if want := manualGreedy(t, m, []int32{int32(i + 1), 3, 4}, 12); fmt.Sprint(got[i]) != fmt.Sprint(want) {
+			t.Fatalf("request %d: %v, want %v", i, got[i], want)
+		}
+	}
+}
