@@ -111,7 +111,12 @@ func (h *HNSW) Remove(_ context.Context, namespace, id string) error {
 }
 
 // Search returns up to k live matches of namespace, best first.
-func (h *HNSW) Search(_ context.Context, namespace string, v []float32, k int) ([]Match, error) {
+func (h *HNSW) Search(ctx context.Context, namespace string, v []float32, k int) ([]Match, error) {
+	return h.SearchEf(ctx, namespace, v, k, h.cfg.EfSearch)
+}
+
+// SearchEf is Search with an explicit candidate-list size (at least k).
+func (h *HNSW) SearchEf(_ context.Context, namespace string, v []float32, k, ef int) ([]Match, error) {
 	if len(v) != h.cfg.Dim {
 		return nil, fmt.Errorf("hnsw: search: %w: got %d, want %d", ErrDim, len(v), h.cfg.Dim)
 	}
@@ -121,7 +126,7 @@ func (h *HNSW) Search(_ context.Context, namespace string, v []float32, k int) (
 	}
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	return g.search(v, k, max(h.cfg.EfSearch, k)), nil
+	return g.search(v, k, max(ef, k)), nil
 }
 
 // Len returns the number of live vectors in namespace ("" = all namespaces).
@@ -151,11 +156,55 @@ func (h *HNSW) Close() error {
 var _ VectorIndex = (*HNSW)(nil)
 
 // node is one vector in a graph. links[l] are its neighbours on layer l.
+// Vectors with few non-zeros (the lexical embedder's hashed n-grams fill about
+// a fifth of the buckets) also keep a sparse copy, so similarity with a dense
+// query costs O(non-zeros) instead of O(dim).
 type node struct {
 	id      string
 	vec     []float32
+	nzIdx   []uint16 // indices of non-zero components, nil when dense
+	nzVal   []float32
 	links   [][]int32
 	deleted bool
+}
+
+func newNode(id string, v []float32) *node {
+	n := &node{id: id, vec: v}
+	nnz := 0
+	for _, x := range v {
+		if x != 0 {
+			nnz++
+		}
+	}
+	if nnz <= len(v)/3 && len(v) <= 1<<16 {
+		n.nzIdx = make([]uint16, 0, nnz)
+		n.nzVal = make([]float32, 0, nnz)
+		for i, x := range v {
+			if x != 0 {
+				n.nzIdx = append(n.nzIdx, uint16(i))
+				n.nzVal = append(n.nzVal, x)
+			}
+		}
+	}
+	return n
+}
+
+// sim is the dot product of a dense vector q with node n.
+func sim(q []float32, n *node) float32 {
+	if n.nzIdx == nil {
+		return Dot(q, n.vec)
+	}
+	var s0, s1 float32
+	idx, val := n.nzIdx, n.nzVal
+	i := 0
+	for ; i+2 <= len(idx); i += 2 {
+		s0 += q[idx[i]] * val[i]
+		s1 += q[idx[i+1]] * val[i+1]
+	}
+	if i < len(idx) {
+		s0 += q[idx[i]] * val[i]
+	}
+	return s0 + s1
 }
 
 type graph struct {
@@ -285,7 +334,7 @@ func (g *graph) greedy(q []float32, ep cand, level int) cand {
 	for changed := true; changed; {
 		changed = false
 		for _, j := range g.nodes[ep.i].links[level] {
-			if s := Dot(q, g.nodes[j].vec); s > ep.s {
+			if s := sim(q, g.nodes[j]); s > ep.s {
 				ep, changed = cand{j, s}, true
 			}
 		}
@@ -315,7 +364,7 @@ func (g *graph) searchLayer(q []float32, ep cand, ef, level int, liveOnly bool) 
 				continue
 			}
 			n := g.nodes[j]
-			s := Dot(q, n.vec)
+			s := sim(q, n)
 			if res.len() < ef || s > res.top().s {
 				cands.push(cand{j, s})
 				if liveOnly && n.deleted {
@@ -347,7 +396,7 @@ func (g *graph) selectNeighbors(cs []cand, m int) []int32 {
 		}
 		good := true
 		for _, o := range out {
-			if Dot(g.nodes[c.i].vec, g.nodes[o].vec) > c.s {
+			if sim(g.nodes[o].vec, g.nodes[c.i]) > c.s {
 				good = false
 				break
 			}
@@ -388,14 +437,15 @@ func (g *graph) add(id string, v []float32) {
 	}
 	level := g.randomLevel()
 	idx := int32(len(g.nodes))
-	n := &node{id: id, vec: v, links: make([][]int32, level+1)}
+	n := newNode(id, v)
+	n.links = make([][]int32, level+1)
 	g.nodes = append(g.nodes, n)
 	g.byID[id] = idx
 	if g.entry < 0 {
 		g.entry, g.top = idx, level
 		return
 	}
-	ep := cand{g.entry, Dot(v, g.nodes[g.entry].vec)}
+	ep := cand{g.entry, sim(v, g.nodes[g.entry])}
 	for l := g.top; l > level; l-- {
 		ep = g.greedy(v, ep, l)
 	}
@@ -422,7 +472,7 @@ func (g *graph) link(j, i int32, l int) {
 	}
 	cs := make([]cand, len(nj.links[l]))
 	for k, x := range nj.links[l] {
-		cs[k] = cand{x, Dot(nj.vec, g.nodes[x].vec)}
+		cs[k] = cand{x, sim(nj.vec, g.nodes[x])}
 	}
 	sortCands(cs)
 	nj.links[l] = g.selectNeighbors(cs, g.maxLinks(l))
@@ -482,7 +532,7 @@ func (g *graph) search(q []float32, k, ef int) []Match {
 	if g.entry < 0 {
 		return nil
 	}
-	ep := cand{g.entry, Dot(q, g.nodes[g.entry].vec)}
+	ep := cand{g.entry, sim(q, g.nodes[g.entry])}
 	for l := g.top; l > 0; l-- {
 		ep = g.greedy(q, ep, l)
 	}

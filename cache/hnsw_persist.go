@@ -142,16 +142,17 @@ func (h *HNSW) Load(r io.Reader) error {
 		g := newGraph(h.cfg, seed)
 		g.nodes = make([]*node, 0, count)
 		for i := range count {
-			n := &node{id: str()}
+			id := str()
 			del, err := br.ReadByte()
 			if err != nil && rerr == nil {
 				rerr = err
 			}
-			n.deleted = del == 1
-			n.vec = make([]float32, dim)
-			for k := range n.vec {
-				n.vec[k] = math.Float32frombits(u32())
+			vec := make([]float32, dim)
+			for k := range vec {
+				vec[k] = math.Float32frombits(u32())
 			}
+			n := newNode(id, vec)
+			n.deleted = del == 1
 			levels := u32()
 			if rerr != nil {
 				break
