@@ -126,3 +126,16 @@ func TestRenderChatGoldenSpecgate(t *testing.T) {
 	}
 	t.Logf("%d cases", n)
 }
+
+func TestChatBounds(t *testing.T) {
+	for _, src := range []string{
+		"{% for a in range(1000000) %}{% for b in range(1000000) %}{% endfor %}{% endfor %}",
+		"{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+		"{{ 'x' * 100000000 }}",
+		"{% for i in range(100000000) %}{% endfor %}",
+	} {
+		if _, err := RenderTemplate(src, nil, false, "", ""); !errors.Is(err, ErrTemplate) {
+			t.Errorf("%q: want a bounded ErrTemplate, got %v", src, err)
+		}
+	}
+}

@@ -48,7 +48,7 @@ type boundMethod struct {
 // Limits for rendering untrusted templates.
 const (
 	maxRenderOutput = 16 << 20
-	maxRenderSteps  = 1 << 22
+	maxRenderSteps  = 1 << 20
 	maxRange        = 1 << 20
 )
 
@@ -235,6 +235,10 @@ func (e *jenv) execFor(n jFor) error {
 	}
 	loop := &jloop{length: len(items), items: items}
 	for i, x := range items {
+		e.steps++
+		if e.steps > maxRenderSteps {
+			return rtErr("more than %d steps", maxRenderSteps)
+		}
 		clear(scope)
 		loop.index0 = i
 		scope["loop"] = loop
@@ -665,15 +669,25 @@ func (e *jenv) evalBin(x eBin) (any, error) {
 		r, err := jin(a, b)
 		return !r, err
 	case "~":
-		return pyStr(a) + pyStr(b), nil
+		sa, sb := pyStr(a), pyStr(b)
+		if len(sa)+len(sb) > maxRenderOutput {
+			return nil, rtErr("string longer than %d bytes", maxRenderOutput)
+		}
+		return sa + sb, nil
 	case "+":
 		switch av := a.(type) {
 		case string:
 			if bv, ok := b.(string); ok {
+				if len(av)+len(bv) > maxRenderOutput {
+					return nil, rtErr("string longer than %d bytes", maxRenderOutput)
+				}
 				return av + bv, nil
 			}
 		case []any:
 			if bv, ok := b.([]any); ok {
+				if len(av)+len(bv) > maxRange {
+					return nil, rtErr("list longer than %d items", maxRange)
+				}
 				return append(append([]any{}, av...), bv...), nil
 			}
 		}
@@ -689,8 +703,11 @@ func arith(op string, a, b any) (any, error) {
 	}
 	if op == "*" {
 		if s, ok := a.(string); ok && bInt {
-			if bi < 0 || int64(len(s))*bi > maxRenderOutput {
+			if bi <= 0 {
 				return "", nil
+			}
+			if bi > maxRenderOutput || int64(len(s))*bi > maxRenderOutput {
+				return nil, rtErr("string longer than %d bytes", maxRenderOutput)
 			}
 			return strings.Repeat(s, int(bi)), nil
 		}
