@@ -113,3 +113,21 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		t.Fatalf("missing config: %v", err)
 	}
 }
+
+// FuzzParseConfig: any input gives a valid Config or an ErrBadConfig, never a panic.
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte(goodConfig))
+	f.Add([]byte(`{"model_type":"llama","hidden_size":8,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":4,"rope_scaling":{"type":"linear","factor":2}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseConfig(data, "config.json")
+		if err != nil {
+			if !errors.Is(err, ErrBadConfig) {
+				t.Fatalf("error without ErrBadConfig: %v", err)
+			}
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("ParseConfig accepted a config Validate rejects: %v", err)
+		}
+	})
+}
