@@ -51,6 +51,16 @@ func TestParseConfig(t *testing.T) {
 	if _, err := ParseConfig([]byte(`{"architectures":["LlamaForCausalLM"]`), "config.json"); !errors.Is(err, ErrBadConfig) {
 		t.Errorf("truncated json: %v", err)
 	}
+	// transformers 5 form: rope_parameters holds rope_theta and the scaling.
+	v5 := strings.Replace(strings.Replace(goodConfig, `"rope_theta":500000,`, ``, 1), `"rope_scaling":{"rope_type":"llama3"`,
+		`"rope_parameters":{"rope_theta":250000.0,"rope_type":"llama3"`, 1)
+	c5, err := ParseConfig([]byte(v5), "config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c5.RopeTheta != 250000 || c5.RopeScaling.Type != RopeLlama3 || c5.RopeScaling.Factor != 8 {
+		t.Fatalf("rope_parameters form: theta %v scaling %+v", c5.RopeTheta, c5.RopeScaling)
+	}
 	// head_dim absent and not dividing
 	_, err = ParseConfig([]byte(strings.Replace(goodConfig, `"num_attention_heads":8`, `"num_attention_heads":6,"num_key_value_heads":6`, 1)), "config.json")
 	if err == nil {
