@@ -1,7 +1,5 @@
 package policy
 
-import "container/heap"
-
 // GDSF is GreedyDual-Size-Frequency (Cherkasova, 1998), a cost-aware policy:
 // each resident key has priority
 //
@@ -30,32 +28,79 @@ func NewGDSF[K comparable](c Capacity) *GDSF[K] {
 	return &GDSF[K]{c: c, items: make(map[K]*node[K])}
 }
 
+// gdsfHeap is a min-heap on (prio, seq) with positions in node.index.
+// Typed rather than container/heap to avoid interface calls on the hot path.
 type gdsfHeap[K comparable] []*node[K]
 
-func (h gdsfHeap[K]) Len() int { return len(h) }
 func (h gdsfHeap[K]) Less(i, j int) bool {
 	if h[i].prio != h[j].prio {
 		return h[i].prio < h[j].prio
 	}
 	return h[i].seq < h[j].seq
 }
-func (h gdsfHeap[K]) Swap(i, j int) {
+
+func (h gdsfHeap[K]) swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].index = i
 	h[j].index = j
 }
-func (h *gdsfHeap[K]) Push(x any) {
-	n := x.(*node[K])
+
+func (h gdsfHeap[K]) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h.Less(i, p) {
+			return
+		}
+		h.swap(i, p)
+		i = p
+	}
+}
+
+func (h gdsfHeap[K]) down(i int) bool {
+	start := i
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			break
+		}
+		c := l
+		if r := l + 1; r < len(h) && h.Less(r, l) {
+			c = r
+		}
+		if !h.Less(c, i) {
+			break
+		}
+		h.swap(i, c)
+		i = c
+	}
+	return i > start
+}
+
+func (h gdsfHeap[K]) fix(i int) {
+	if !h.down(i) {
+		h.up(i)
+	}
+}
+
+func (h *gdsfHeap[K]) push(n *node[K]) {
 	n.index = len(*h)
 	*h = append(*h, n)
+	h.up(n.index)
 }
-func (h *gdsfHeap[K]) Pop() any {
+
+func (h *gdsfHeap[K]) remove(i int) {
 	old := *h
-	n := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
+	last := len(old) - 1
+	n := old[i]
+	if i != last {
+		old.swap(i, last)
+	}
+	old[last] = nil
+	*h = old[:last]
+	if i != last {
+		h.fix(i)
+	}
 	n.index = -1
-	return n
 }
 
 func (p *GDSF[K]) reprioritise(n *node[K]) {
@@ -90,7 +135,7 @@ func (p *GDSF[K]) victim(keep *node[K]) *node[K] {
 }
 
 func (p *GDSF[K]) detach(n *node[K]) {
-	heap.Remove(&p.h, n.index)
+	p.h.remove(n.index)
 	delete(p.items, n.key)
 	p.bytes -= n.size
 }
@@ -124,13 +169,13 @@ func (p *GDSF[K]) Add(k K, size int64, cost float64) []Eviction[K] {
 		n.size, n.cost = size, cost
 		n.freq++
 		p.reprioritise(n)
-		heap.Fix(&p.h, n.index)
+		p.h.fix(n.index)
 		return p.makeRoom(0, 0, n, nil)
 	}
 	ev := p.makeRoom(1, size, nil, nil)
 	n = &node[K]{key: k, size: size, cost: cost, freq: 1}
 	p.reprioritise(n)
-	heap.Push(&p.h, n)
+	p.h.push(n)
 	p.items[k] = n
 	p.bytes += size
 	return ev
@@ -143,7 +188,7 @@ func (p *GDSF[K]) Get(k K) bool {
 	if ok {
 		n.freq++
 		p.reprioritise(n)
-		heap.Fix(&p.h, n.index)
+		p.h.fix(n.index)
 	}
 	return ok
 }

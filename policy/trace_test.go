@@ -151,7 +151,7 @@ func TestRunBench(t *testing.T) {
 			t.Fatalf("output lacks %q:\n%s", want, s)
 		}
 	}
-	if n := strings.Count(s, "\n| "); n != 6 {
+	if n := strings.Count(s, "\n| zipf") + strings.Count(s, "\n| scan"); n != 6 {
 		t.Fatalf("%d table rows, want 6 (3 traces × 2 sizes):\n%s", n, s)
 	}
 	for _, args := range [][]string{{"-sizes", "0"}, {"-sizes", "x"}, {"-policies", "arc"}, {"-keys", "0"}, {"-nope"}} {
