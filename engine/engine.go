@@ -572,8 +572,41 @@ func (e *Engine) step(ready []*request, active int) {
 			e.sampleInto(r, it.Logits)
 		}
 	}
+	e.specSteps(specs, active)
+}
+
+// specSteps advances speculative requests: those whose speculator is a
+// BatchSpeculator together (one StepBatch per speculator), the others one
+// Step each.
+func (e *Engine) specSteps(specs []*request, active int) {
+	groups := map[BatchSpeculator][]*request{}
+	var order []BatchSpeculator
 	for _, r := range specs {
-		e.specStep(r, active)
+		if b, ok := r.spec.(BatchSpeculator); ok {
+			if _, seen := groups[b]; !seen {
+				order = append(order, b)
+			}
+			groups[b] = append(groups[b], r)
+			continue
+		}
+		st := e.specState(r, active)
+		toks, err := r.spec.Step(st)
+		e.specDone(r, st, toks, err)
+	}
+	for _, b := range order {
+		rs := groups[b]
+		states := make([]*SpecState, len(rs))
+		for i, r := range rs {
+			states[i] = e.specState(r, active)
+		}
+		out, errs := b.StepBatch(states)
+		for i, r := range rs {
+			if len(out) != len(rs) || len(errs) != len(rs) {
+				e.fail(r, fmt.Errorf("engine: StepBatch returned %d results and %d errors for %d requests", len(out), len(errs), len(rs)))
+				continue
+			}
+			e.specDone(r, states[i], out[i], errs[i])
+		}
 	}
 }
 
@@ -620,10 +653,10 @@ func (e *Engine) sampleInto(r *request, logits []float32) {
 	r.out <- so
 }
 
-func (e *Engine) specStep(r *request, active int) {
+// specState refreshes a request's SpecState before a speculative step.
+func (e *Engine) specState(r *request, active int) *SpecState {
 	if r.state == nil {
-		r.state = &SpecState{Ctx: r.ctx, Target: e.m, Seq: r.seq, Prompt: r.req.Prompt, Params: r.sampler,
-			Rand: r.rng, Stats: &r.stats}
+		r.state = &SpecState{Ctx: r.ctx, Target: e.m, Prompt: r.req.Prompt, Params: r.sampler, Rand: r.rng, Stats: &r.stats}
 	}
 	st := r.state
 	st.Seq = r.seq
@@ -631,7 +664,11 @@ func (e *Engine) specStep(r *request, active int) {
 	st.Pending = r.generated[len(r.generated)-1]
 	st.MaxNew = max(r.maxNew-len(r.generated), 1)
 	st.Active = active
-	toks, err := r.spec.Step(st)
+	return st
+}
+
+// specDone checks one speculative step's result and hands it to the caller.
+func (e *Engine) specDone(r *request, st *SpecState, toks []int32, err error) {
 	if err != nil {
 		e.fail(r, fmt.Errorf("engine: speculator: %w", err))
 		return
@@ -646,7 +683,6 @@ func (e *Engine) specStep(r *request, active int) {
 		e.fail(r, fmt.Errorf("engine: speculator left the target KV at %d tokens, want %d", r.seq.Len(), want))
 		return
 	}
-	so := stepOut{toks: toks}
-	// logprobs under speculation are not computed (no per-token target row kept).
-	r.out <- so
+	// logprobs under speculation are not reported (the speculator keeps no per-token rows).
+	r.out <- stepOut{toks: toks}
 }

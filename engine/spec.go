@@ -31,6 +31,17 @@ type Speculator interface {
 	Step(s *SpecState) ([]int32, error)
 }
 
+// BatchSpeculator is an optional capability: a Speculator that can advance
+// several requests at once (e.g. one batched draft forward and one batched
+// target verification through Model.ForwardBatch and SpecState.TreeBatchItem).
+// The engine then calls StepBatch once per scheduler step with all requests
+// that use this speculator; out[i] and errs[i] follow Step's contract for
+// states[i]. len(out) and len(errs) must equal len(states).
+type BatchSpeculator interface {
+	Speculator
+	StepBatch(states []*SpecState) (out [][]int32, errs []error)
+}
+
 // SpecReleaser is implemented by speculators with per-request resources
 // (a draft sequence in s.Data): Release is called once when the request
 // ends, from the scheduler goroutine.
@@ -64,8 +75,20 @@ type SpecState struct {
 // i+1 the token after tokens[i]. The tree stays pending in s.Seq until
 // KeepTree. Owned by the caller.
 func (s *SpecState) ForwardTree(tokens, parents []int32) ([]float32, error) {
+	it, err := s.TreeBatchItem(tokens, parents)
+	if err != nil {
+		return nil, err
+	}
+	return s.Seq.Forward(it.Tokens, it.Parents, nil)
+}
+
+// TreeBatchItem is ForwardTree's forward as a BatchItem for
+// Model.ForwardBatch, so that several requests' trees verify in one target
+// forward: Tokens = Pending followed by tokens, parents shifted accordingly.
+// The item's Logits (after ForwardBatch) are ForwardTree's result.
+func (s *SpecState) TreeBatchItem(tokens, parents []int32) (BatchItem, error) {
 	if len(parents) != len(tokens) {
-		return nil, fmt.Errorf("engine: ForwardTree: %d tokens, %d parents", len(tokens), len(parents))
+		return BatchItem{}, fmt.Errorf("engine: TreeBatchItem: %d tokens, %d parents", len(tokens), len(parents))
 	}
 	all := make([]int32, 0, 1+len(tokens))
 	all = append(all, s.Pending)
@@ -74,11 +97,11 @@ func (s *SpecState) ForwardTree(tokens, parents []int32) ([]float32, error) {
 	par[0] = -1
 	for i, p := range parents {
 		if p < -1 || int(p) >= i {
-			return nil, fmt.Errorf("engine: ForwardTree: parent %d = %d not in [-1, %d)", i, p, i)
+			return BatchItem{}, fmt.Errorf("engine: TreeBatchItem: parent %d = %d not in [-1, %d)", i, p, i)
 		}
 		par[i+1] = p + 1
 	}
-	return s.Seq.Forward(all, par, nil)
+	return BatchItem{Seq: s.Seq, Tokens: all, Parents: par}, nil
 }
 
 // KeepTree keeps Pending and the accepted path (indices into the tokens of

@@ -3,7 +3,9 @@ package engine
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 )
 
 // chainSpec is a minimal greedy draft-model speculator used to exercise the
@@ -106,5 +108,128 @@ func TestSpeculatorHook(t *testing.T) {
 		if spec.released != 1 || target.KV().UsedBlocks() != 0 || d.KV().UsedBlocks() != 0 {
 			t.Fatalf("%s: released %d, target used %d, draft used %d", name, spec.released, target.KV().UsedBlocks(), d.KV().UsedBlocks())
 		}
+	}
+}
+
+// batchChainSpec verifies all requests' chains in one target forward.
+type batchChainSpec struct {
+	chainSpec
+	maxBatch int
+}
+
+func (c *batchChainSpec) StepBatch(states []*SpecState) ([][]int32, []error) {
+	c.maxBatch = max(c.maxBatch, len(states))
+	out := make([][]int32, len(states))
+	errs := make([]error, len(states))
+	props := make([][]int32, len(states))
+	var items []BatchItem
+	var idx []int
+	for i, s := range states {
+		d, _ := s.Data.(*Sequence)
+		if d == nil {
+			d = c.draft.NewSequence()
+			s.Data = d
+		}
+		committed := s.Seq.Tokens()
+		d.Truncate(len(committed))
+		if d.Len() < len(committed) {
+			if _, err := d.Forward(committed[d.Len():], nil, []int32{}); err != nil {
+				errs[i] = err
+				continue
+			}
+		}
+		k := min(c.k, s.MaxNew-1)
+		last := s.Pending
+		for range k {
+			lg, err := d.Forward([]int32{last}, nil, nil)
+			if err != nil {
+				errs[i] = err
+				break
+			}
+			last = Argmax(lg)
+			props[i] = append(props[i], last)
+		}
+		par := make([]int32, len(props[i]))
+		for j := range par {
+			par[j] = int32(j) - 1
+		}
+		it, err := s.TreeBatchItem(props[i], par)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		items = append(items, it)
+		idx = append(idx, i)
+	}
+	if err := states[0].Target.ForwardBatch(items); err != nil {
+		for _, i := range idx {
+			errs[i] = err
+		}
+		return out, errs
+	}
+	V := states[0].Target.Config.VocabSize
+	for n, i := range idx {
+		s, lg, prop := states[i], items[n].Logits, props[i]
+		a := 0
+		for a < len(prop) && Argmax(lg[a*V:(a+1)*V]) == prop[a] {
+			a++
+		}
+		path := make([]int, a)
+		for j := range path {
+			path[j] = j
+		}
+		if errs[i] = s.KeepTree(path); errs[i] != nil {
+			continue
+		}
+		s.Stats.Proposed += len(prop)
+		s.Stats.Accepted += a
+		out[i] = append(prop[:a:a], Argmax(lg[a*V:(a+1)*V]))
+	}
+	return out, errs
+}
+
+func TestBatchSpeculator(t *testing.T) {
+	cfg := genConfig()
+	target := NewRandomModel(cfg, 31, LoadOptions{KVTokens: 4096, BlockSize: 4, Threads: 2, DisablePrefixCache: true})
+	draft := NewRandomModel(cfg, 31, LoadOptions{KVTokens: 4096, BlockSize: 4, Threads: 2, DisablePrefixCache: true})
+	spec := &batchChainSpec{chainSpec: chainSpec{draft: draft, k: 3}}
+	e := New(target, Options{Speculator: spec, AckWait: 20 * time.Millisecond})
+	defer e.Close()
+	prompts := [][]int32{{2, 3, 5}, {7, 11, 13, 17}, {19, 23}}
+	got := make([][]int32, len(prompts))
+	var wg sync.WaitGroup
+	// a barrier on the first chunk lines the requests up for the same step.
+	var barrier sync.WaitGroup
+	barrier.Add(len(prompts))
+	for i, p := range prompts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			first := true
+			_, err := e.Generate(context.Background(), GenerateRequest{Prompt: p, MaxTokens: 25}, func(c Chunk) error {
+				got[i] = append(got[i], c.Tokens...)
+				if first {
+					first = false
+					barrier.Done()
+					barrier.Wait()
+				}
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, p := range prompts {
+		if want := manualGreedy(t, target, p, 25); fmt.Sprint(got[i]) != fmt.Sprint(want) {
+			t.Fatalf("request %d: %v, want %v", i, got[i], want)
+		}
+	}
+	if spec.maxBatch < 2 {
+		t.Fatalf("StepBatch never saw more than %d requests", spec.maxBatch)
+	}
+	if target.KV().UsedBlocks() != 0 || draft.KV().UsedBlocks() != 0 {
+		t.Fatalf("KV not returned: target %d draft %d", target.KV().UsedBlocks(), draft.KV().UsedBlocks())
 	}
 }
