@@ -1,0 +1,38 @@
+// Package engine runs Llama-family models (LlamaForCausalLM checkpoints in
+// Hugging Face layout) and serves completions with continuous batching.
+//
+// Layers, bottom up:
+//
+//   - Config (config.json + generation_config.json, both RoPE spellings),
+//     Weights (float32, [out][in] row-major like nn.Linear; F16/BF16 upcast;
+//     every tensor's shape checked against the config), Load, NewRandomModel.
+//   - Backend (api.go): one batched forward over ForwardRequests, with the KV
+//     cache in backend memory addressed by slots. CPUBackend is the pure-Go
+//     float32 reference: HF's RMSNorm, RoPE (rotate_half; default, linear and
+//     llama3 inv_freq), GQA, SwiGLU; matmuls are cache-blocked, parallel over
+//     output rows, and batch-invariant (a token's logits do not depend on what
+//     it is batched with), which speculative verification relies on.
+//   - BlockManager: paged KV (fixed-size blocks, refcounts, copy-on-write
+//     forks, tree compaction with KeepTree) and the prefix cache (full blocks
+//     keyed by hash(salt, parent, tokens), LRU eviction of blocks nobody holds).
+//   - Sequence: one token sequence's block table and committed tokens;
+//     Forward appends a chain (committed at once) or a token tree (pending
+//     until KeepTree). Model.ForwardBatch forwards several sequences at once.
+//   - Sampler: Probs (penalties → temperature → top-k → top-p → min-p), the
+//     one distribution both plain decoding and speculative sampling use;
+//     Sample, SampleProbs, LogSoftmax, TopLogprobs; NewRand (seeded PCG).
+//   - Engine (Generator): a scheduler goroutine owns the model; every step is
+//     one batched forward over ready requests (prompt chunks and decodes);
+//     callers' goroutines detokenize, apply stop sequences and emit. Requests
+//     join and leave between steps; cancellation and emit errors stop a
+//     request before its next token and free its KV before Generate returns.
+//     Under KV pressure prompts wait and decoding requests are preempted
+//     (recomputed later).
+//   - Speculator (spec.go): the hook package speculative implements; the
+//     engine calls it per step for speculative requests (BatchSpeculator to
+//     advance several at once).
+//
+// Tensors are float32; logits are row-major [rows][VocabSize]. Ranges are
+// half-open. Slices returned by Forward, Probs, LogSoftmax are owned by the
+// caller; Sequence.Tokens aliases sequence memory (read-only).
+package engine
