@@ -257,6 +257,7 @@ func (e *Engine) consume(ctx context.Context, r *request, emit func(Chunk) error
 		}
 		var ch Chunk
 		var finish FinishReason
+		stopped := false // by a stop string; the text before it is in ch.Text
 		for i, t := range so.toks {
 			n++
 			if eos[t] {
@@ -286,6 +287,7 @@ func (e *Engine) consume(ctx context.Context, r *request, emit func(Chunk) error
 					ch.Text += held[:idx]
 					held = ""
 					finish = FinishStop
+					stopped = true
 					break
 				}
 			}
@@ -294,7 +296,7 @@ func (e *Engine) consume(ctx context.Context, r *request, emit func(Chunk) error
 				break
 			}
 		}
-		if finish != FinishStop || held == "" {
+		if !stopped {
 			// emit all text that cannot begin a stop sequence
 			if finish != "" && dec != nil {
 				held += dec.Flush()

@@ -87,6 +87,19 @@ func TestStopSequences(t *testing.T) {
 			t.Fatalf("chunk boundary at %d released %q, a prefix of stop %q", n, text[20:n], partial)
 		}
 	}
+	// EOS (a stop token) right after text held back for a stop string: the held text is released.
+	k := 25
+	for k < len(ids) && strings.IndexByte(text[:k], text[k]) >= 0 {
+		k++ // want a token whose first occurrence is at k
+	}
+	if k < len(ids) {
+		var b strings.Builder
+		res, err := e.Generate(context.Background(), GenerateRequest{Prompt: prompt, MaxTokens: 40, StopTokenIDs: []int32{ids[k]},
+			Stop: []string{text[k-1:k] + "#"}}, func(c Chunk) error { b.WriteString(c.Text); return nil })
+		if err != nil || b.String() != text[:k] || res.Finish != FinishStop {
+			t.Fatalf("EOS after held text: got %q (%s, %v), want %q", b.String(), res.Finish, err, text[:k])
+		}
+	}
 	// stop string at the very first token
 	got, _, res = run([]string{text[:1]}, 40)
 	if got != "" || res.Finish != FinishStop || res.CompletionTokens != 1 {
