@@ -1,0 +1,170 @@
+package speculative
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/specgate/specgate/engine"
+)
+
+var (
+	pairOnce              sync.Once
+	pairTarget, pairDraft *engine.Model
+	pairErr               error
+)
+
+// shippedPair loads models/specgate-{target,draft} once per test binary.
+func shippedPair(t testing.TB) (*engine.Model, *engine.Model) {
+	t.Helper()
+	pairOnce.Do(func() {
+		pairTarget, pairErr = engine.Load("../models/specgate-target", engine.LoadOptions{KVTokens: 8192})
+		if pairErr == nil {
+			pairDraft, pairErr = engine.Load("../models/specgate-draft", engine.LoadOptions{KVTokens: 8192})
+		}
+	})
+	if pairErr != nil {
+		t.Fatal(pairErr)
+	}
+	return pairTarget, pairDraft
+}
+
+// testPrompts reads testdata/prompts.txt: "code\t..." and "text\t..." lines
+// (tabs escaped as \t, backslashes as \\), interleaving code and text.
+func testPrompts(t testing.TB) []string {
+	t.Helper()
+	f, err := os.Open("testdata/prompts.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var code, text []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		kind, body, ok := strings.Cut(line, "\t")
+		if !ok || strings.HasPrefix(line, "#") {
+			continue
+		}
+		body = strings.NewReplacer(`\\`, `\`, `\t`, "\t").Replace(body)
+		switch kind {
+		case "code":
+			code = append(code, body)
+		case "text":
+			text = append(text, body)
+		}
+	}
+	var out []string
+	for i := 0; i < len(code) || i < len(text); i++ {
+		if i < len(code) {
+			out = append(out, code[i])
+		}
+		if i < len(text) {
+			out = append(out, text[i])
+		}
+	}
+	return out
+}
+
+// generate runs one request through e and returns its tokens.
+func generate(e *engine.Engine, req engine.GenerateRequest) ([]int32, engine.Result, error) {
+	var toks []int32
+	res, err := e.Generate(context.Background(), req, func(c engine.Chunk) error {
+		toks = append(toks, c.Tokens...)
+		return nil
+	})
+	return toks, res, err
+}
+
+// greedyModes are the speculators the lossless greedy test checks.
+func greedyModes() map[string]Config {
+	return map[string]Config{
+		"chain":    {Method: MethodChain, K: 4},
+		"tree":     {Method: MethodTree, K: 4, Branching: []int{3, 2, 1}, Budget: 10},
+		"dynamic":  {Method: MethodDynamic, K: 5, Width: 3, Budget: 10},
+		"adaptive": {Method: MethodDynamic, K: 5, Width: 3, Budget: 10, Adaptive: true},
+	}
+}
+
+// TestLosslessGreedy: on the shipped pair, speculative greedy output equals
+// plain greedy output token for token, for every mode. Full: 200 prompts x
+// 128 new tokens (slow on CPU); -short: 10 x 32.
+func TestLosslessGreedy(t *testing.T) {
+	target, draft := shippedPair(t)
+	n, maxTok := 200, 128
+	names := []string{"chain", "tree", "dynamic"}
+	if testing.Short() {
+		n, maxTok = 10, 32
+		names = append(names, "adaptive")
+	}
+	prompts := testPrompts(t)
+	if len(prompts) < n {
+		t.Fatalf("testdata/prompts.txt: %d prompts, want >= %d", len(prompts), n)
+	}
+	// SPECGATE_GREEDY_FROM skips the first prompts (to resume or shard the slow full run).
+	from := 0
+	if v := os.Getenv("SPECGATE_GREEDY_FROM"); v != "" {
+		if _, err := fmt.Sscan(v, &from); err != nil || from < 0 || from > n {
+			t.Fatalf("SPECGATE_GREEDY_FROM=%q: want an integer in [0, %d]", v, n)
+		}
+	}
+	specs := map[string]*Draft{}
+	for name, cfg := range greedyModes() {
+		d, err := NewDraft(target, draft, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs[name] = d
+	}
+	e := engine.New(target, engine.Options{})
+	defer e.Close()
+	start := time.Now()
+	totals := map[string]*engine.SpecStats{}
+	gen := map[string]int{}
+	for i := from; i < n; i++ {
+		text := prompts[i]
+		prompt := target.Tokenizer.Encode(text, true)
+		want, _, err := generate(e, engine.GenerateRequest{Prompt: prompt, MaxTokens: maxTok, NoSpeculation: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range names {
+			got, res, err := generate(e, engine.GenerateRequest{Prompt: prompt, MaxTokens: maxTok, Speculator: specs[name]})
+			if err != nil {
+				t.Fatalf("prompt %d %q, %s: %v", i, text, name, err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("prompt %d %q, %s:\nspeculative %v\nplain       %v", i, text, name, got, want)
+			}
+			if res.Spec == nil {
+				t.Fatalf("%s: no speculation stats", name)
+			}
+			if totals[name] == nil {
+				totals[name] = &engine.SpecStats{}
+			}
+			totals[name].Steps += res.Spec.Steps
+			totals[name].Proposed += res.Spec.Proposed
+			totals[name].Accepted += res.Spec.Accepted
+			gen[name] += len(got) - 1 // the first token comes from prefill
+		}
+		if (i+1)%10 == 0 {
+			t.Logf("%d/%d prompts equal in all modes (%v)", i+1, n, time.Since(start).Round(time.Second))
+		}
+	}
+	for _, name := range names {
+		s := totals[name]
+		t.Logf("%-8s steps %d proposed %d accepted %d: tau %.2f tokens/step, acceptance %.2f",
+			name, s.Steps, s.Proposed, s.Accepted, float64(gen[name])/float64(max(s.Steps, 1)), float64(s.Accepted)/float64(max(s.Proposed, 1)))
+		if s.Accepted == 0 && name != "adaptive" {
+			t.Errorf("%s: the shipped draft never matched the target: speculation untested", name)
+		}
+	}
+	if leak := target.KV().UsedBlocks() - target.KV().CachedBlocks(); leak != 0 || draft.KV().UsedBlocks() != 0 {
+		t.Fatalf("KV leak: target %d blocks outside the prefix cache, draft %d blocks in use", leak, draft.KV().UsedBlocks())
+	}
+}
