@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/specgate/specgate/engine/tokenizer"
@@ -47,6 +48,31 @@ type Engine struct {
 	quit   chan struct{}
 	done   chan struct{}
 	once   sync.Once
+
+	// counters for Stats (written by the scheduler)
+	active, steps, generated, preempted atomic.Int64
+}
+
+// Stats is a snapshot of an engine's load and caches, for metrics.
+type Stats struct {
+	Active          int    // requests admitted and not finished
+	Steps           int64  // scheduler steps run
+	TokensGenerated int64  // completion tokens sampled
+	Preemptions     int64  // decoding requests whose KV was given back under pressure
+	KVBlocksUsed    int    // blocks held by sequences or the prefix cache
+	KVBlocksTotal   int    // all blocks
+	PrefixBlocks    int    // blocks held by the prefix cache
+	PrefixLookups   uint64 // full prompt blocks looked up in the prefix cache
+	PrefixHits      uint64 // of which found
+}
+
+// Stats returns current counters. Safe for concurrent use.
+func (e *Engine) Stats() Stats {
+	kv := e.m.kv
+	lookups, hits := kv.PrefixCacheStats()
+	return Stats{Active: int(e.active.Load()), Steps: e.steps.Load(), TokensGenerated: e.generated.Load(),
+		Preemptions: e.preempted.Load(), KVBlocksUsed: kv.UsedBlocks(), KVBlocksTotal: kv.NumBlocks(),
+		PrefixBlocks: kv.CachedBlocks(), PrefixLookups: lookups, PrefixHits: hits}
 }
 
 var _ Generator = (*Engine)(nil)
@@ -378,6 +404,7 @@ func (e *Engine) loop() {
 		case evSubmit:
 			e.admit(r)
 			active = append(active, r)
+			e.active.Store(int64(len(active)))
 		case evContinue:
 			if r.awaiting {
 				r.awaiting = false
@@ -388,13 +415,14 @@ func (e *Engine) loop() {
 				r.awaiting = false
 				inflight--
 			}
-			e.release(r)
 			for i, a := range active {
 				if a == r {
 					active = append(active[:i], active[i+1:]...)
 					break
 				}
 			}
+			e.active.Store(int64(len(active)))
+			e.release(r)
 		}
 	}
 	defer func() {
@@ -449,6 +477,7 @@ func (e *Engine) loop() {
 			ready = ready[:e.opts.MaxBatch]
 		}
 		stepNo++
+		e.steps.Add(1)
 		for _, r := range ready {
 			r.lastStep = stepNo
 		}
@@ -641,11 +670,13 @@ func (e *Engine) preempt(r *request) {
 	r.recompute = true
 	r.recomputeCtx = ctxToks
 	r.preemptions++
+	e.preempted.Add(1)
 }
 
 func (e *Engine) sampleInto(r *request, logits []float32) {
 	t := Sample(logits, r.sampler, r.generated, r.rng)
 	r.generated = append(r.generated, t)
+	e.generated.Add(1)
 	so := stepOut{toks: []int32{t}}
 	lp := LogSoftmax(logits)
 	so.logprobs = []float32{lp[t]}
@@ -681,6 +712,7 @@ func (e *Engine) specDone(r *request, st *SpecState, toks []int32, err error) {
 		return
 	}
 	r.generated = append(r.generated, toks...)
+	e.generated.Add(int64(len(toks)))
 	if want := len(r.req.Prompt) + len(r.generated) - 1; r.seq.Len() != want {
 		e.fail(r, fmt.Errorf("engine: speculator left the target KV at %d tokens, want %d", r.seq.Len(), want))
 		return

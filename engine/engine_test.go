@@ -210,6 +210,10 @@ func TestGeneratePrefixCache(t *testing.T) {
 	if res.CachedTokens != 20 || fmt.Sprint(got) != fmt.Sprint(want2) {
 		t.Fatalf("shared system: %v cached %d, want %v with 20", got, res.CachedTokens, want2)
 	}
+	st := e.Stats()
+	if st.PrefixHits == 0 || st.PrefixLookups < st.PrefixHits || st.TokensGenerated < 12+12+2+8 || st.Active != 0 || st.KVBlocksTotal != 512 {
+		t.Fatalf("stats %+v", st)
+	}
 	m.KV().DropPrefixCache()
 	if u := m.KV().UsedBlocks(); u != 0 {
 		t.Fatalf("%d blocks used after dropping the cache", u)
