@@ -264,6 +264,24 @@ func TestWTinyLFUAdmission(t *testing.T) {
 	}
 }
 
+func TestWTinyLFUAddOnly(t *testing.T) {
+	// A caller that never calls Get on a miss (it only Adds) must still get
+	// its misses counted. Same capacity as above; every request is one Add.
+	p := NewWTinyLFU[int](Capacity{MaxEntries: 10}, func(k int) uint64 { return mix64(uint64(k)) })
+	var ev []int
+	for _, k := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 10, 12} {
+		for _, e := range p.Add(k, 1, 1) {
+			ev = append(ev, e.Key)
+		}
+	}
+	// 11: candidate 10 (count 1) vs victim 1 (count 1) → 10 refused.
+	// 10 again: count 2; candidate 11 (1) vs 1 (1) → 11 refused.
+	// 12: candidate 10 (2) vs 1 (1) → 1 evicted, 10 admitted.
+	if want := []int{10, 11, 1}; !slices.Equal(ev, want) {
+		t.Fatalf("evicted %v, want %v", ev, want)
+	}
+}
+
 func TestSketch(t *testing.T) {
 	s := newSketch(64)
 	h := mix64(42)

@@ -23,9 +23,12 @@ const (
 //     empty); otherwise the candidate is evicted (reported by Add).
 //
 // Frequencies come from a count-min sketch with a doorkeeper and periodic
-// aging (see sketch). Get records every access in the sketch, hit or miss;
-// Add records one only for a resident key, so a caller that does Get then
-// Add on a miss counts each request once.
+// aging (see sketch). Every Get (hit or miss) and every Add records one
+// access, except an Add of k right after a Get of k that missed: that pair
+// is one request. So both "Get, then Add on a miss" and "Add on a miss
+// without Get" count each request once. (Callers must record misses one way
+// or the other: a key whose accesses are never recorded has frequency 0 and
+// is refused whenever the main victim has been seen at all.)
 //
 // Amortised O(1) per operation, plus one pass over the sketch every
 // 10×width accesses.
@@ -39,6 +42,8 @@ type WTinyLFU[K comparable] struct {
 	bytes             int64
 	sk                *sketch
 	growable          bool
+	lastMiss          uint64 // hash of the key of the last Get, if it missed
+	missed            bool   // lastMiss is valid
 }
 
 // NewWTinyLFU returns an empty W-TinyLFU bounded by c. hash maps a key to 64
@@ -170,8 +175,12 @@ func (p *WTinyLFU[K]) Add(k K, size int64, cost float64) []Eviction[K] {
 		}
 		return []Eviction[K]{{k, ReasonCapacity}}
 	}
+	h := p.hash(k)
+	if !p.missed || p.lastMiss != h {
+		p.sk.increment(h)
+	}
+	p.missed = false
 	if ok {
-		p.sk.increment(p.hash(k))
 		p.bytes += size - n.size
 		p.listOf(n).resize(n, size)
 		n.cost = cost
@@ -190,11 +199,13 @@ func (p *WTinyLFU[K]) Add(k K, size int64, cost float64) []Eviction[K] {
 
 // Get records the access in the sketch and reports whether k is resident.
 func (p *WTinyLFU[K]) Get(k K) bool {
-	p.sk.increment(p.hash(k))
+	h := p.hash(k)
+	p.sk.increment(h)
 	n, ok := p.items[k]
 	if ok {
 		p.hit(n)
 	}
+	p.lastMiss, p.missed = h, !ok
 	return ok
 }
 
