@@ -346,7 +346,52 @@ func (s *Server) runJSON(c *fiber.Ctx, ctx context.Context, rs *runState) error 
 
 // rewriteCached gives a stored response a fresh id and created time. On a
 // cache hit every prompt token counts as cached and no speculation ran.
+// Responses of local models keep their field order (they decode into our
+// types); others (upstreams) go through a map so no field is lost.
 func rewriteCached(body []byte, id string, created int64, hit bool) ([]byte, *Usage) {
+	fix := func(u *Usage) {
+		if u == nil || !hit {
+			return
+		}
+		if u.PromptTokensDetails == nil {
+			u.PromptTokensDetails = &PromptTokensDetails{}
+		}
+		u.PromptTokensDetails.CachedTokens = u.PromptTokens
+		u.Speculative = nil
+	}
+	var probe struct {
+		Object            string `json:"object"`
+		SystemFingerprint string `json:"system_fingerprint"`
+	}
+	if json.Unmarshal(body, &probe) == nil && probe.SystemFingerprint == systemFingerprint {
+		switch probe.Object {
+		case "chat.completion":
+			var r ChatCompletion
+			if json.Unmarshal(body, &r) == nil {
+				r.ID, r.Created = id, created
+				fix(r.Usage)
+				out, _ := json.Marshal(r)
+				return out, r.Usage
+			}
+		case "text_completion":
+			var r Completion
+			if json.Unmarshal(body, &r) == nil {
+				r.ID, r.Created = id, created
+				var u *Usage
+				if len(r.Usage) > 0 {
+					u = &Usage{}
+					if json.Unmarshal(r.Usage, u) != nil {
+						u = nil
+					} else {
+						fix(u)
+						r.Usage, _ = json.Marshal(u)
+					}
+				}
+				out, _ := json.Marshal(r)
+				return out, u
+			}
+		}
+	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil {
 		return body, nil
@@ -357,13 +402,7 @@ func rewriteCached(body []byte, id string, created int64, hit bool) ([]byte, *Us
 	if raw, ok := m["usage"]; ok {
 		u = &Usage{}
 		if json.Unmarshal(raw, u) == nil {
-			if hit {
-				if u.PromptTokensDetails == nil {
-					u.PromptTokensDetails = &PromptTokensDetails{}
-				}
-				u.PromptTokensDetails.CachedTokens = u.PromptTokens
-				u.Speculative = nil
-			}
+			fix(u)
 			m["usage"], _ = json.Marshal(u)
 		} else {
 			u = nil

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -24,6 +26,7 @@ import (
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/cuda"
 	"github.com/specgate/specgate/gateway"
+	"github.com/specgate/specgate/speculative"
 )
 
 func init() {
@@ -155,14 +158,32 @@ func loadModels(cfg *gateway.Config, log *slog.Logger) ([]*gateway.LocalModel, f
 			closeAll()
 			return nil, nil, fmt.Errorf("models[%d] %s: path %s: no tokenizer.json", i, mc.Name, mc.Path)
 		}
-		if mc.Speculative.Method != "none" {
-			// The proposers (speculative/, medusa/) plug in through
-			// engine.Options.Speculator; until they are wired, refuse
-			// rather than silently serve without speculation.
+		var spec engine.Speculator
+		switch mc.Speculative.Method {
+		case "draft":
+			dm, err := engine.Load(mc.Draft, lo)
+			if err != nil {
+				_ = m.Close()
+				closeAll()
+				return nil, nil, fmt.Errorf("models[%d] %s: draft %s: %w", i, mc.Name, mc.Draft, err)
+			}
+			sc, err := speculativeConfig(mc.Speculative)
+			if err == nil {
+				spec, err = speculative.NewDraft(m, dm, sc)
+			}
+			if err != nil {
+				_ = dm.Close()
+				_ = m.Close()
+				closeAll()
+				return nil, nil, fmt.Errorf("models[%d] %s: speculative: %w", i, mc.Name, err)
+			}
+			closers = append(closers, func() { _ = dm.Close() })
+		case "medusa":
+			_ = m.Close()
 			closeAll()
-			return nil, nil, fmt.Errorf("models[%d] %s: speculative.method %s: %w", i, mc.Name, mc.Speculative.Method, errSpecUnavailable)
+			return nil, nil, fmt.Errorf("models[%d] %s: speculative.method medusa: %w", i, mc.Name, errSpecUnavailable)
 		}
-		eng := engine.New(m, engine.Options{MaxBatch: mc.MaxBatch})
+		eng := engine.New(m, engine.Options{MaxBatch: mc.MaxBatch, Speculator: spec})
 		closers = append(closers, func() { _ = eng.Close(); _ = m.Close() })
 		st, _ := os.Stat(mc.Path)
 		created := time.Now()
@@ -180,6 +201,29 @@ func loadModels(cfg *gateway.Config, log *slog.Logger) ([]*gateway.LocalModel, f
 }
 
 var errSpecUnavailable = errors.New("speculative proposer not available in this build")
+
+// speculativeConfig maps the config's speculative section: a tree shape
+// ("4,2,2,1": children per depth) selects a static tree, otherwise a chain
+// of k draft tokens.
+func speculativeConfig(c gateway.SpeculativeConfig) (speculative.Config, error) {
+	sc := speculative.Config{Method: speculative.MethodChain, K: c.K, Adaptive: c.Adaptive}
+	if c.Tree == "" {
+		return sc, nil
+	}
+	if c.Tree == "dynamic" {
+		sc.Method = speculative.MethodDynamic
+		return sc, nil
+	}
+	sc.Method = speculative.MethodTree
+	for _, f := range strings.Split(c.Tree, ",") {
+		b, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || b < 1 {
+			return sc, fmt.Errorf("speculative.tree %q: want comma-separated children per depth, e.g. 4,2,2,1, or dynamic", c.Tree)
+		}
+		sc.Branching = append(sc.Branching, b)
+	}
+	return sc, nil
+}
 
 // buildCache assembles store, index and embedder from the cache section.
 func buildCache(cfg *gateway.Config, reg prometheus.Registerer, log *slog.Logger) (*cache.Cache, cache.Embedder, func(), error) {
