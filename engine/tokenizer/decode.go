@@ -353,10 +353,13 @@ func (t *Tokenizer) decodeRaw(ids []int32, skipSpecial bool) string {
 	return strings.Join(t.dec.chain(toks), "")
 }
 
-// StreamDecoder turns a stream of ids into text, emitting only complete UTF-8. The
-// concatenation of all Add results and Flush equals Decode of the ids (for decoders whose
-// output for a suffix does not depend on where decoding started, which holds for the
-// byte-level and SentencePiece families). Not safe for concurrent use.
+// StreamDecoder turns a stream of ids into text, emitting only complete UTF-8 (text is held
+// back while it ends in U+FFFD, i.e. an incomplete character). The concatenation of all Add
+// results and Flush equals Decode of the ids for the byte-level and SentencePiece families
+// (the decoded window always starts one token back, so leading-space stripping matches);
+// the exception is a stream of invalid byte tokens that rewrites already emitted text, where
+// the decoder resynchronizes instead. Memory is bounded: ids before the window are dropped.
+// Not safe for concurrent use.
 type StreamDecoder struct {
 	t         *Tokenizer
 	skip      bool
@@ -378,10 +381,17 @@ func (d *StreamDecoder) Add(id int32) string {
 	}
 	d.ids = append(d.ids, id)
 	text := d.t.decodeRaw(d.ids[d.prefixIdx:], d.skip)
-	if len(text) <= len(d.prefix) || strings.HasSuffix(text, "\uFFFD") || !strings.HasPrefix(text, d.prefix) {
+	if len(text) <= len(d.prefix) || strings.HasSuffix(text, "\uFFFD") {
 		return ""
 	}
-	out := text[len(d.prefix):]
+	var out string
+	if strings.HasPrefix(text, d.prefix) {
+		out = text[len(d.prefix):]
+	} else {
+		// The new ids changed already emitted text (only possible for invalid byte
+		// sequences under ByteFallback grouping): resynchronize on the unread ids.
+		out = d.t.decodeRaw(d.ids[d.readIdx:], d.skip)
+	}
 	d.prefixIdx, d.readIdx = d.readIdx, len(d.ids)
 	d.prefix = d.t.decodeRaw(d.ids[d.prefixIdx:d.readIdx], d.skip)
 	if d.prefixIdx > 256 {
@@ -400,6 +410,8 @@ func (d *StreamDecoder) Flush() string {
 	out := ""
 	if strings.HasPrefix(text, d.prefix) {
 		out = text[len(d.prefix):]
+	} else if d.readIdx < len(d.ids) {
+		out = d.t.decodeRaw(d.ids[d.readIdx:], d.skip)
 	}
 	d.ids, d.prefixIdx, d.readIdx, d.prefix = d.ids[:0], 0, 0, ""
 	return out
