@@ -264,7 +264,7 @@ func TestBeladyBoundsEveryPolicy(t *testing.T) {
 		c := 1 + rng.IntN(30)
 		opt := Belady(tr, c)
 		for _, name := range TableOrder {
-			p, err := SimPolicy(name, c)
+			p, err := SimPolicy(name, Capacity{MaxEntries: c})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -20,6 +21,8 @@ type Result struct {
 	Capacity int // entries
 	Requests int64
 	Hits     int64
+	Bytes    int64 // sum of the sizes of all requests
+	HitBytes int64 // sum of the sizes of the requests that hit
 }
 
 // HitRatio is Hits/Requests (0 for an empty trace).
@@ -30,26 +33,36 @@ func (r Result) HitRatio() float64 {
 	return float64(r.Hits) / float64(r.Requests)
 }
 
+// ByteHitRatio is HitBytes/Bytes (0 when no bytes were requested).
+func (r Result) ByteHitRatio() float64 {
+	if r.Bytes == 0 {
+		return 0
+	}
+	return float64(r.HitBytes) / float64(r.Bytes)
+}
+
 // Simulate replays t against p the way a cache uses a policy: Get each key,
-// and on a miss Add it with the request's size and cost 1. It returns the
-// hit count; Policy and Capacity of the result are left for the caller.
+// and on a miss Add it with the request's size and cost 1. Policy and
+// Capacity of the result are left for the caller.
 func Simulate(p Policy[uint64], t *Trace) Result {
 	res := Result{Trace: t.Name, Requests: int64(len(t.Keys))}
 	for i, k := range t.Keys {
+		size := t.Size(i)
+		res.Bytes += size
 		if p.Get(k) {
 			res.Hits++
+			res.HitBytes += size
 			continue
 		}
-		p.Add(k, t.Size(i), 1)
+		p.Add(k, size, 1)
 	}
 	return res
 }
 
-// SimPolicy returns the named policy over uint64 keys with room for
-// capacity entries, deterministic across runs (W-TinyLFU hashes with
-// splitmix64 instead of a random seed).
-func SimPolicy(name string, capacity int) (Policy[uint64], error) {
-	c := Capacity{MaxEntries: capacity}
+// SimPolicy returns the named policy over uint64 keys bounded by c,
+// deterministic across runs (W-TinyLFU hashes with splitmix64 instead of a
+// random seed).
+func SimPolicy(name string, c Capacity) (Policy[uint64], error) {
 	if name == "wtinylfu" {
 		if err := c.Validate(); err != nil {
 			return nil, err
@@ -59,16 +72,45 @@ func SimPolicy(name string, capacity int) (Policy[uint64], error) {
 	return New[uint64](name, c)
 }
 
+// WithSizes returns a copy of t in which every request for a key has that
+// key's fixed size, drawn log-uniformly from [minSize, maxSize] by hashing
+// the key with seed (so sizes are uncorrelated with popularity).
+func WithSizes(t *Trace, minSize, maxSize int64, seed uint64) *Trace {
+	minSize = max(minSize, 1)
+	maxSize = max(maxSize, minSize)
+	out := &Trace{Name: t.Name + "-sized", Keys: t.Keys, Sizes: make([]int64, len(t.Keys))}
+	ratio := math.Log(float64(maxSize) / float64(minSize))
+	for i, k := range t.Keys {
+		u := float64(mix64(k^mix64(seed))>>11) / (1 << 53)
+		out.Sizes[i] = min(maxSize, int64(math.Round(float64(minSize)*math.Exp(u*ratio))))
+	}
+	return out
+}
+
+// distinctBytes is the sum over distinct keys of each key's last size.
+func distinctBytes(t *Trace) int64 {
+	sizes := make(map[uint64]int64, len(t.Keys)/4)
+	for i, k := range t.Keys {
+		sizes[k] = t.Size(i)
+	}
+	var b int64
+	for _, s := range sizes {
+		b += s
+	}
+	return b
+}
+
 // TableOrder is the column order of the hit-ratio table.
 var TableOrder = []string{"lru", "fifo", "lfu", "gdsf", "s3fifo", "wtinylfu"}
 
-// Row is one line of the hit-ratio table: one trace at one cache size.
+// Row is one line of a hit-ratio table: one trace at one cache size.
 type Row struct {
-	Trace    string
-	Distinct int
-	Capacity int
-	Fraction float64
-	Ratios   map[string]float64 // policy name (and "belady") -> hit ratio
+	Trace      string
+	Distinct   int // distinct keys
+	Capacity   Capacity
+	Fraction   float64            // of distinct keys (entries) or of distinct bytes (bytes)
+	Ratios     map[string]float64 // policy name (and "belady") -> hit ratio
+	ByteRatios map[string]float64 // policy name -> byte hit ratio
 }
 
 // RunTable simulates every policy in names and Belady on every trace at
@@ -76,24 +118,46 @@ type Row struct {
 // workers goroutines (one per simulation). Rows come back in trace, then
 // fraction order.
 func RunTable(traces []*Trace, fractions []float64, names []string, workers int) ([]Row, error) {
-	if workers < 1 {
-		workers = 1
-	}
 	var rows []Row
+	for _, t := range traces {
+		d := t.Distinct()
+		for _, f := range fractions {
+			c := Capacity{MaxEntries: max(1, int(float64(d)*f))}
+			rows = append(rows, Row{Trace: t.Name, Distinct: d, Capacity: c, Fraction: f})
+		}
+	}
+	return rows, runRows(rows, traces, len(fractions), append(names[:len(names):len(names)], "belady"), workers)
+}
+
+// RunSizedTable simulates every policy in names on every trace with a
+// byte capacity of each fraction of the trace's distinct bytes. There is no
+// Belady column: with unequal sizes the offline optimum is NP-hard and
+// Belady's rule is not a bound.
+func RunSizedTable(traces []*Trace, fractions []float64, names []string, workers int) ([]Row, error) {
+	var rows []Row
+	for _, t := range traces {
+		d, b := t.Distinct(), distinctBytes(t)
+		for _, f := range fractions {
+			c := Capacity{MaxBytes: max(1, int64(float64(b)*f))}
+			rows = append(rows, Row{Trace: t.Name, Distinct: d, Capacity: c, Fraction: f})
+		}
+	}
+	return rows, runRows(rows, traces, len(fractions), names, workers)
+}
+
+// runRows fills rows[i*perTrace+j] by simulating names on traces[i].
+func runRows(rows []Row, traces []*Trace, perTrace int, names []string, workers int) error {
 	type job struct {
 		row  int
 		name string
 		t    *Trace
 	}
 	var jobs []job
-	for _, t := range traces {
-		d := t.Distinct()
-		for _, f := range fractions {
-			c := max(1, int(float64(d)*f))
-			rows = append(rows, Row{Trace: t.Name, Distinct: d, Capacity: c, Fraction: f, Ratios: map[string]float64{}})
-			for _, n := range append(names[:len(names):len(names)], "belady") {
-				jobs = append(jobs, job{len(rows) - 1, n, t})
-			}
+	for i := range rows {
+		rows[i].Ratios = map[string]float64{}
+		rows[i].ByteRatios = map[string]float64{}
+		for _, n := range names {
+			jobs = append(jobs, job{i, n, traces[i/perTrace]})
 		}
 	}
 	var (
@@ -102,7 +166,7 @@ func RunTable(traces []*Trace, fractions []float64, names []string, workers int)
 		first error
 		ch    = make(chan job)
 	)
-	for range workers {
+	for range max(workers, 1) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -110,7 +174,7 @@ func RunTable(traces []*Trace, fractions []float64, names []string, workers int)
 				c := rows[j.row].Capacity
 				var r Result
 				if j.name == "belady" {
-					r = Belady(j.t, c)
+					r = Belady(j.t, c.MaxEntries)
 				} else {
 					p, err := SimPolicy(j.name, c)
 					if err != nil {
@@ -123,6 +187,7 @@ func RunTable(traces []*Trace, fractions []float64, names []string, workers int)
 				}
 				mu.Lock()
 				rows[j.row].Ratios[j.name] = r.HitRatio()
+				rows[j.row].ByteRatios[j.name] = r.ByteHitRatio()
 				mu.Unlock()
 			}
 		}()
@@ -132,7 +197,7 @@ func RunTable(traces []*Trace, fractions []float64, names []string, workers int)
 	}
 	close(ch)
 	wg.Wait()
-	return rows, first
+	return first
 }
 
 func cmpErr(first, err error) error {
@@ -142,8 +207,8 @@ func cmpErr(first, err error) error {
 	return err
 }
 
-// WriteTable prints rows as a Markdown table of hit ratios in percent, one
-// column per policy in names, then Belady.
+// WriteTable prints rows of RunTable as a Markdown table of hit ratios in
+// percent, one column per policy in names, then Belady.
 func WriteTable(w io.Writer, rows []Row, names []string) error {
 	var b strings.Builder
 	b.WriteString("| trace | distinct keys | cache (entries) | cache % |")
@@ -156,9 +221,33 @@ func WriteTable(w io.Writer, rows []Row, names []string) error {
 	}
 	b.WriteString("---:|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %d | %d | %s |", r.Trace, r.Distinct, r.Capacity, strconv.FormatFloat(100*r.Fraction, 'f', -1, 64))
+		fmt.Fprintf(&b, "| %s | %d | %d | %s |", r.Trace, r.Distinct, r.Capacity.MaxEntries, strconv.FormatFloat(100*r.Fraction, 'f', -1, 64))
 		for _, n := range append(names[:len(names):len(names)], "belady") {
 			fmt.Fprintf(&b, " %.2f |", 100*r.Ratios[n])
+		}
+		b.WriteString("\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteSizedTable prints rows of RunSizedTable as a Markdown table whose
+// cells are "hit ratio / byte hit ratio" in percent.
+func WriteSizedTable(w io.Writer, rows []Row, names []string) error {
+	var b strings.Builder
+	b.WriteString("| trace | distinct keys | cache (bytes) | cache % of distinct bytes |")
+	for _, n := range names {
+		b.WriteString(" " + n + " |")
+	}
+	b.WriteString("\n|---|---:|---:|---:|")
+	for range names {
+		b.WriteString("---:|")
+	}
+	b.WriteString("\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %d | %d | %s |", r.Trace, r.Distinct, r.Capacity.MaxBytes, strconv.FormatFloat(100*r.Fraction, 'f', -1, 64))
+		for _, n := range names {
+			fmt.Fprintf(&b, " %.2f / %.2f |", 100*r.Ratios[n], 100*r.ByteRatios[n])
 		}
 		b.WriteString("\n")
 	}
@@ -191,6 +280,7 @@ func RunBench(w io.Writer, args []string) error {
 		files = append(files, s)
 		return nil
 	})
+	noSized := fs.Bool("no-sized", false, "skip the byte-capacity table")
 	workers := fs.Int("parallel", runtime.GOMAXPROCS(0), "simulations run at once")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
@@ -237,6 +327,20 @@ func RunBench(w io.Writer, args []string) error {
 	if err := WriteTable(w, rows, names); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\n(%d simulations in %.1fs on %d workers)\n", len(rows)*(len(names)+1), time.Since(start).Seconds(), *workers)
+	sims := len(rows) * (len(names) + 1)
+	if !*noSized {
+		sized := WithSizes(traces[1], 1, 1024, *seed)
+		srows, err := RunSizedTable([]*Trace{sized}, fractions, names, *workers)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "\nByte capacity, sizes log-uniform in [1, 1024] bytes per key (fixed per key, independent of popularity), cost 1; "+
+			"cells are hit ratio / byte hit ratio (%%). No Belady column: with unequal sizes it is not a bound.\n\n")
+		if err := WriteSizedTable(w, srows, names); err != nil {
+			return err
+		}
+		sims += len(srows) * len(names)
+	}
+	fmt.Fprintf(w, "\n(%d simulations in %.1fs on %d workers)\n", sims, time.Since(start).Seconds(), *workers)
 	return nil
 }

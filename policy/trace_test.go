@@ -134,8 +134,50 @@ func TestSimulate(t *testing.T) {
 	}
 	// Byte capacity uses the trace's sizes: key 2 (size 5) never fits in 4.
 	tr = &Trace{Keys: []uint64{1, 2, 1, 2}, Sizes: []int64{1, 5, 1, 5}}
-	if r := Simulate(NewLRU[uint64](Capacity{MaxBytes: 4}), tr); r.Hits != 1 {
-		t.Fatalf("sized trace: %d hits, want 1", r.Hits)
+	if r := Simulate(NewLRU[uint64](Capacity{MaxBytes: 4}), tr); r.Hits != 1 || r.Bytes != 12 || r.HitBytes != 1 || r.ByteHitRatio() != 1.0/12 {
+		t.Fatalf("sized trace: %+v, want 1 hit, 12 bytes, 1 hit byte", r)
+	}
+	if (Result{}).ByteHitRatio() != 0 {
+		t.Fatal("empty byte ratio")
+	}
+}
+
+func TestWithSizes(t *testing.T) {
+	base := ZipfTrace(1000, 20000, 1.0, 3)
+	a, b := WithSizes(base, 1, 1024, 9), WithSizes(base, 1, 1024, 9)
+	if !slices.Equal(a.Sizes, b.Sizes) || a.Name != "zipf-1.0-sized" {
+		t.Fatal("not deterministic")
+	}
+	size := map[uint64]int64{}
+	small, large := 0, 0
+	for i, k := range a.Keys {
+		s := a.Sizes[i]
+		if s < 1 || s > 1024 {
+			t.Fatalf("size %d outside [1, 1024]", s)
+		}
+		if prev, ok := size[k]; ok && prev != s {
+			t.Fatalf("key %d has sizes %d and %d", k, prev, s)
+		}
+		size[k] = s
+	}
+	for _, s := range size { // log-uniform: about half the keys below 32 bytes
+		if s < 32 {
+			small++
+		} else {
+			large++
+		}
+	}
+	if f := float64(small) / float64(small+large); f < 0.4 || f > 0.6 {
+		t.Fatalf("%.2f of keys below 32 bytes, want about 0.5", f)
+	}
+	rows, err := RunSizedTable([]*Trace{a}, []float64{0.05}, TableOrder, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range TableOrder {
+		if r := rows[0].Ratios[n]; r <= 0 || r >= 1 {
+			t.Errorf("%s: hit ratio %f", n, r)
+		}
 	}
 }
 
@@ -151,8 +193,18 @@ func TestRunBench(t *testing.T) {
 			t.Fatalf("output lacks %q:\n%s", want, s)
 		}
 	}
-	if n := strings.Count(s, "\n| zipf") + strings.Count(s, "\n| scan"); n != 6 {
-		t.Fatalf("%d table rows, want 6 (3 traces × 2 sizes):\n%s", n, s)
+	if n := strings.Count(s, "\n| zipf") + strings.Count(s, "\n| scan"); n != 8 {
+		t.Fatalf("%d table rows, want 8 (3 traces × 2 sizes, 1 sized trace × 2 sizes):\n%s", n, s)
+	}
+	if n := strings.Count(s, "\n| zipf-1.0-sized"); n != 2 || !strings.Contains(s, "cache (bytes)") {
+		t.Fatalf("sized table missing:\n%s", s)
+	}
+	out.Reset()
+	if err := RunBench(&out, []string{"-keys", "500", "-requests", "5000", "-sizes", "0.1", "-no-sized", "-policies", "lru,gdsf"}); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); strings.Contains(s, "sized") || !strings.Contains(s, "| lru | gdsf | belady |") {
+		t.Fatalf("-no-sized -policies lru,gdsf:\n%s", s)
 	}
 	for _, args := range [][]string{{"-sizes", "0"}, {"-sizes", "x"}, {"-policies", "arc"}, {"-keys", "0"}, {"-nope"}} {
 		if err := RunBench(&out, args); !errors.Is(err, ErrUsage) {
