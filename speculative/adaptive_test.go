@@ -1,0 +1,98 @@
+package speculative
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/specgate/specgate/engine"
+)
+
+func chainNodes(d int) int { return d }
+
+func TestControllerPlan(t *testing.T) {
+	// always accepted: the estimate rises and the deepest chain wins at low verify cost.
+	c := newController(6)
+	for range 50 {
+		c.update(6, 6)
+	}
+	if d := c.plan(6, chainNodes, 0.05, 0.1, 1); d != 6 {
+		t.Errorf("full acceptance, cheap verify: depth %d, want 6", d)
+	}
+	if d := c.plan(3, chainNodes, 0.05, 0.1, 1); d != 3 {
+		t.Errorf("limit 3: depth %d", d)
+	}
+	// under heavy load a batched plain step is cheap: speculation at verify
+	// cost 1 per token cannot pay even at full acceptance.
+	if d := c.plan(6, chainNodes, 1, 0.2, 32); d != 0 {
+		t.Errorf("load 32, verify cost 1: depth %d, want 0 (plain)", d)
+	}
+	// always rejected: plain decoding, probing with depth 1 every probeEvery steps.
+	r := newController(6)
+	for range 50 {
+		r.update(1, 0)
+	}
+	var got []int
+	for range 2 * probeEvery {
+		got = append(got, r.plan(6, chainNodes, 0.3, 0.2, 1))
+	}
+	want := make([]int, 2*probeEvery)
+	want[probeEvery-1], want[2*probeEvery-1] = 1, 1
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("rejecting draft: plans %v, want %v", got, want)
+	}
+	// the estimate tracks a changed acceptance rate.
+	for range 40 {
+		r.update(6, 6)
+	}
+	if d := r.plan(6, chainNodes, 0.05, 0.1, 1); d < 4 {
+		t.Errorf("after recovery: depth %d, want >= 4", d)
+	}
+}
+
+// TestAdaptiveEndToEnd: with a draft identical to the target the adaptive
+// speculator speculates deeply; with an unrelated draft under greedy
+// decoding it falls back to plain steps most of the time (the draft is
+// declared cheap: DraftCost 0.05; at its true cost, 1.05, nothing pays); both outputs
+// equal plain greedy decoding, and the same request twice gives the same
+// steps (determinism).
+func TestAdaptiveEndToEnd(t *testing.T) {
+	cfg := tinyConfig()
+	o := engine.LoadOptions{KVTokens: 512, BlockSize: 4, Threads: 1, DisablePrefixCache: true}
+	target := engine.NewRandomModel(cfg, 5, o)
+	same := engine.NewRandomModel(cfg, 5, o)
+	other := engine.NewRandomModel(cfg, 77, o)
+	e := engine.New(target, engine.Options{})
+	defer e.Close()
+	prompt := []int32{0, 4, 8, 1}
+	want, _, err := generate(e, engine.GenerateRequest{Prompt: prompt, MaxTokens: 48, NoSpeculation: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(d *engine.Model) ([]int32, engine.SpecStats) {
+		sp, err := NewDraft(target, d, Config{Method: MethodChain, K: 6, Adaptive: true, VerifyCost: 0.1, DraftCost: 0.05})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, res, err := generate(e, engine.GenerateRequest{Prompt: prompt, MaxTokens: 48, Speculator: sp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("adaptive output %v, plain %v", got, want)
+		}
+		return got, *res.Spec
+	}
+	_, good := run(same)
+	if tau := 47 / float64(good.Steps); good.Accepted != good.Proposed || tau < 4 {
+		t.Errorf("identical draft: %+v, tau %.2f: want all accepted and tau >= 4", good, tau)
+	}
+	_, bad := run(other)
+	if bad.Proposed > bad.Steps/2 {
+		t.Errorf("unrelated draft: %+v: want mostly plain steps (proposed <= steps/2)", bad)
+	}
+	_, again := run(other)
+	if again != bad {
+		t.Errorf("same request twice: %+v then %+v", bad, again)
+	}
+	t.Logf("identical draft %+v; unrelated draft %+v", good, bad)
+}
