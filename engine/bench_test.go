@@ -53,3 +53,23 @@ func BenchmarkDecode(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tok/s")
 }
+
+// BenchmarkMatmul: GMAC/s of the CPU matmul at the target's MLP shape, for a
+// decode (T=1) and a prefill tile (T=64), on one thread and on GOMAXPROCS.
+func BenchmarkMatmul(b *testing.B) {
+	const in, out = 384, 1024
+	for _, T := range []int{1, 64} {
+		for _, threads := range []int{1, 0} {
+			b.Run(fmt.Sprintf("T=%d/threads=%d", T, threads), func(b *testing.B) {
+				x, w, y := make([]float32, T*in), make([]float32, in*out), make([]float32, T*out)
+				for i := range w {
+					w[i] = float32(i%7) * 0.1
+				}
+				for b.Loop() {
+					matmulT(threads, y, x, w, T, in, out)
+				}
+				b.ReportMetric(float64(b.N*T*in*out)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+			})
+		}
+	}
+}
