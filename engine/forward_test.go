@@ -486,3 +486,35 @@ func TestForkCopyOnWrite(t *testing.T) {
 		t.Fatalf("%d blocks used after freeing both forks", m.KV().UsedBlocks())
 	}
 }
+
+func TestValidateRequest(t *testing.T) {
+	cfg := testConfigs()["gqa"]
+	V := cfg.VocabSize
+	ok := func() *ForwardRequest {
+		return &ForwardRequest{CachedSlots: []int32{0}, Tokens: []int32{1, 2}, Positions: []int32{1, 2}, Slots: []int32{1, 2},
+			Logits: make([]float32, 2*V)}
+	}
+	if err := ValidateRequest(cfg, 8, 0, ok()); err != nil {
+		t.Fatal(err)
+	}
+	for name, edit := range map[string]func(r *ForwardRequest){
+		"token out of vocab":  func(r *ForwardRequest) { r.Tokens[1] = int32(V) },
+		"slot out of range":   func(r *ForwardRequest) { r.Slots[0] = 8 },
+		"cached slot":         func(r *ForwardRequest) { r.CachedSlots[0] = -1 },
+		"positions length":    func(r *ForwardRequest) { r.Positions = r.Positions[:1] },
+		"parent not before":   func(r *ForwardRequest) { r.Parents = []int32{-1, 1} },
+		"parents length":      func(r *ForwardRequest) { r.Parents = []int32{-1} },
+		"logits row range":    func(r *ForwardRequest) { r.LogitsRows = []int32{2} },
+		"logits buffer small": func(r *ForwardRequest) { r.Logits = r.Logits[:V] },
+	} {
+		r := ok()
+		edit(r)
+		if err := ValidateRequest(cfg, 8, 0, r); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+		m := NewRandomModel(cfg, 1, LoadOptions{KVTokens: 8, BlockSize: 4})
+		if err := m.Backend().Forward([]*ForwardRequest{r}); err == nil {
+			t.Errorf("%s: CPU backend accepted", name)
+		}
+	}
+}
