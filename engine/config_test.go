@@ -141,3 +141,44 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+func TestLoadRejectsUnexpectedAndMissingTensors(t *testing.T) {
+	cfg := testConfigs()["mqa-tied"]
+	m := NewRandomModel(cfg, 5, LoadOptions{KVTokens: 64})
+	write := func(edit func([]safetensors.Tensor) []safetensors.Tensor) string {
+		dir := t.TempDir()
+		if err := m.SaveSafetensors(dir); err != nil {
+			t.Fatal(err)
+		}
+		var ts []safetensors.Tensor
+		for _, ws := range tensorShapes(cfg) {
+			name, shape := ws[0].(string), ws[1].([]int64)
+			n := int64(1)
+			for _, d := range shape {
+				n *= d
+			}
+			ts = append(ts, safetensors.Tensor{Name: name, DType: safetensors.F32, Shape: shape, Data: make([]byte, 4*n)})
+		}
+		if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), edit(ts), nil); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	extra := write(func(ts []safetensors.Tensor) []safetensors.Tensor {
+		return append(ts, safetensors.Tensor{Name: "model.layers.7.self_attn.q_proj.weight", DType: safetensors.F32, Shape: []int64{1}, Data: make([]byte, 4)})
+	})
+	if _, err := Load(extra, LoadOptions{SkipTokenizer: true}); !errors.Is(err, ErrBadWeights) || !strings.Contains(err.Error(), "model.layers.7.self_attn.q_proj.weight") {
+		t.Fatalf("unexpected tensor: %v", err)
+	}
+	missing := write(func(ts []safetensors.Tensor) []safetensors.Tensor { return ts[1:] })
+	if _, err := Load(missing, LoadOptions{SkipTokenizer: true}); !errors.Is(err, ErrBadWeights) || !strings.Contains(err.Error(), "model.embed_tokens.weight") {
+		t.Fatalf("missing tensor: %v", err)
+	}
+	intT := write(func(ts []safetensors.Tensor) []safetensors.Tensor {
+		ts[0].DType = safetensors.I32
+		return ts
+	})
+	if _, err := Load(intT, LoadOptions{SkipTokenizer: true}); !errors.Is(err, ErrBadWeights) || !strings.Contains(err.Error(), "dtype") {
+		t.Fatalf("int tensor: %v", err)
+	}
+}
