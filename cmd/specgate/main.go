@@ -47,6 +47,18 @@ func main() {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		name, args = args[0], args[1:]
 	}
+	// "specgate bench X" is "specgate bench-X" (bench spec, bench decode, ...).
+	if name == "bench" {
+		if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+			fmt.Fprintln(os.Stderr, "usage: specgate bench <spec|decode|engine|policy|gateway|cache> [flags]")
+			usage()
+			os.Exit(2)
+		}
+		name, args = "bench-"+args[0], args[1:]
+		if name == "bench-cache" {
+			name = "cache-bench"
+		}
+	}
 	if name == "help" || name == "-h" {
 		usage()
 		return
