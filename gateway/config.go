@@ -126,6 +126,7 @@ type CacheConfig struct {
 		BaseURL   string `yaml:"base_url"`
 		APIKeyEnv string `yaml:"api_key_env"`
 		Model     string `yaml:"model"`
+		Dim       int    `yaml:"dim"` // vector length the model returns
 	} `yaml:"upstream_embedder"`
 	// EmbeddingModel is the model name under which /v1/embeddings serves
 	// the cache's embedder (default "specgate-embed").
@@ -476,8 +477,8 @@ func (c *Config) Validate() error {
 	if cc.Embedder == "bert" && cc.Bert.Path == "" {
 		return bad("cache.bert.path: required for cache.embedder bert")
 	}
-	if cc.Embedder == "upstream" && cc.UpstreamEmbedder.BaseURL == "" {
-		return bad("cache.upstream_embedder.base_url: required for cache.embedder upstream")
+	if cc.Embedder == "upstream" && (cc.UpstreamEmbedder.BaseURL == "" || cc.UpstreamEmbedder.Model == "" || cc.UpstreamEmbedder.Dim <= 0) {
+		return bad("cache.upstream_embedder: base_url, model and dim are required for cache.embedder upstream")
 	}
 	if err := cc.Pipeline.Validate(); err != nil {
 		return fmt.Errorf("%w: cache: %w", ErrConfig, err)

@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/specgate/specgate/cache"
+	"github.com/specgate/specgate/cache/bert"
 	"github.com/specgate/specgate/cache/milvusstore"
 	"github.com/specgate/specgate/cache/redisstore"
 	"github.com/specgate/specgate/engine"
@@ -105,11 +106,11 @@ func runServe(args []string) error {
 	}
 	log.Info("specgate listening", "addr", ln.Addr().String(), "models", len(models), "upstreams", len(cfg.Upstreams), "cache", cfg.Cache.CacheEnabled())
 
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
 	defer signal.Stop(sig)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
 		return err
@@ -246,8 +247,19 @@ func buildCache(cfg *gateway.Config, reg prometheus.Registerer, log *slog.Logger
 			return fail(err)
 		}
 		emb = l
-	default:
-		return fail(fmt.Errorf("cache.embedder %q: %w", cc.Embedder, errEmbedderUnavailable))
+	case "bert":
+		e, err := bert.Open(cc.Bert.Path, bert.Options{})
+		if err != nil {
+			return fail(fmt.Errorf("cache.bert.path %s: %w", cc.Bert.Path, err))
+		}
+		emb = e
+	case "upstream":
+		ue := cc.UpstreamEmbedder
+		e, err := cache.NewUpstream(cache.UpstreamConfig{BaseURL: ue.BaseURL, APIKey: os.Getenv(ue.APIKeyEnv), Model: ue.Model, Dim: ue.Dim})
+		if err != nil {
+			return fail(fmt.Errorf("cache.upstream_embedder: %w", err))
+		}
+		emb = e
 	}
 	var rdb *redis.Client
 	if cc.Store == "redis" || cc.Index == "redis" {
@@ -320,5 +332,3 @@ func buildCache(cfg *gateway.Config, reg prometheus.Registerer, log *slog.Logger
 	closers = append(closers, func() { _ = c.Close() })
 	return c, emb, closeAll, nil
 }
-
-var errEmbedderUnavailable = errors.New("embedder not available in this build (use lexical)")
