@@ -23,6 +23,10 @@ type bpeModel struct {
 	contPrefix   string
 	eowSuffix    string
 	byteTok      [256]int32 // <0xNN> ids, -1 when absent
+	// metaSplit: no token contains "▁" right after another character and "▁" is a token,
+	// so no merge can cross the position before a "▁" that follows a non-"▁" character;
+	// words are split there (exactly) so long SentencePiece inputs hit the word cache.
+	metaSplit bool
 
 	mu    sync.RWMutex
 	cache map[string][]int32
@@ -116,6 +120,15 @@ func parseBPE(r json.RawMessage) (*bpeModel, error) {
 			m.byteTok[b] = id
 		}
 	}
+	if _, ok := m.vocab["▁"]; ok && m.contPrefix == "" && m.eowSuffix == "" && !m.ignoreMerges {
+		m.metaSplit = true
+		for tok := range m.vocab {
+			if strings.Contains(strings.TrimLeft(tok, "▁"), "▁") {
+				m.metaSplit = false
+				break
+			}
+		}
+	}
 	pairs, err := parseMerges(v.Merges)
 	if err != nil {
 		return nil, err
@@ -186,6 +199,31 @@ func parseMerges(r json.RawMessage) ([][2]string, error) {
 
 // tokenize appends the ids of one pre-tokenized word to dst.
 func (m *bpeModel) tokenize(dst []int32, w string) []int32 {
+	if w == "" {
+		return dst
+	}
+	if m.metaSplit && len(w) >= cacheMaxWord/4 && !m.ignoreMerges {
+		// Split before each "▁" that follows a non-"▁" character (see metaSplit).
+		start := 0
+		for i := 1; i < len(w); {
+			k := strings.Index(w[i:], "▁")
+			if k < 0 {
+				break
+			}
+			j := i + k
+			if !strings.HasSuffix(w[:j], "▁") {
+				dst = m.tokenizeWord(dst, w[start:j])
+				start = j
+			}
+			i = j + len("▁")
+		}
+		return m.tokenizeWord(dst, w[start:])
+	}
+	return m.tokenizeWord(dst, w)
+}
+
+// tokenizeWord is tokenize without the metaSplit step.
+func (m *bpeModel) tokenizeWord(dst []int32, w string) []int32 {
 	if w == "" {
 		return dst
 	}
