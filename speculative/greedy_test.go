@@ -1,11 +1,9 @@
 package speculative
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -34,41 +32,14 @@ func shippedPair(t testing.TB) (*engine.Model, *engine.Model) {
 	return pairTarget, pairDraft
 }
 
-// testPrompts reads testdata/prompts.txt: "code\t..." and "text\t..." lines
-// (tabs escaped as \t, backslashes as \\), interleaving code and text.
+// testPrompts returns testdata/prompts.txt's prompts (see BenchPrompts).
 func testPrompts(t testing.TB) []string {
 	t.Helper()
-	f, err := os.Open("testdata/prompts.txt")
-	if err != nil {
-		t.Fatal(err)
+	p := BenchPrompts()
+	if len(p) == 0 {
+		t.Fatal("testdata/prompts.txt: no prompts")
 	}
-	defer f.Close()
-	var code, text []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		kind, body, ok := strings.Cut(line, "\t")
-		if !ok || strings.HasPrefix(line, "#") {
-			continue
-		}
-		body = strings.NewReplacer(`\\`, `\`, `\t`, "\t").Replace(body)
-		switch kind {
-		case "code":
-			code = append(code, body)
-		case "text":
-			text = append(text, body)
-		}
-	}
-	var out []string
-	for i := 0; i < len(code) || i < len(text); i++ {
-		if i < len(code) {
-			out = append(out, code[i])
-		}
-		if i < len(text) {
-			out = append(out, text[i])
-		}
-	}
-	return out
+	return p
 }
 
 // generate runs one request through e and returns its tokens.
@@ -106,11 +77,12 @@ func TestLosslessGreedy(t *testing.T) {
 	if len(prompts) < n {
 		t.Fatalf("testdata/prompts.txt: %d prompts, want >= %d", len(prompts), n)
 	}
-	// SPECGATE_GREEDY_FROM skips the first prompts (to resume or shard the slow full run).
-	from := 0
-	if v := os.Getenv("SPECGATE_GREEDY_FROM"); v != "" {
-		if _, err := fmt.Sscan(v, &from); err != nil || from < 0 || from > n {
-			t.Fatalf("SPECGATE_GREEDY_FROM=%q: want an integer in [0, %d]", v, n)
+	// SPECGATE_GREEDY_SHARD=from:to runs prompts [from, to) only (to resume or
+	// shard the slow full run over processes).
+	from, to := 0, n
+	if v := os.Getenv("SPECGATE_GREEDY_SHARD"); v != "" {
+		if _, err := fmt.Sscanf(v, "%d:%d", &from, &to); err != nil || from < 0 || from > to || to > n {
+			t.Fatalf("SPECGATE_GREEDY_SHARD=%q: want from:to with 0 <= from <= to <= %d", v, n)
 		}
 	}
 	specs := map[string]*Draft{}
@@ -126,7 +98,7 @@ func TestLosslessGreedy(t *testing.T) {
 	start := time.Now()
 	totals := map[string]*engine.SpecStats{}
 	gen := map[string]int{}
-	for i := from; i < n; i++ {
+	for i := from; i < to; i++ {
 		text := prompts[i]
 		prompt := target.Tokenizer.Encode(text, true)
 		want, _, err := generate(e, engine.GenerateRequest{Prompt: prompt, MaxTokens: maxTok, NoSpeculation: true})
@@ -153,7 +125,7 @@ func TestLosslessGreedy(t *testing.T) {
 			gen[name] += len(got) - 1 // the first token comes from prefill
 		}
 		if (i+1)%10 == 0 {
-			t.Logf("%d/%d prompts equal in all modes (%v)", i+1, n, time.Since(start).Round(time.Second))
+			t.Logf("prompts [%d, %d) of %d equal in all modes (%v)", from, i+1, n, time.Since(start).Round(time.Second))
 		}
 	}
 	for _, name := range names {
