@@ -77,7 +77,9 @@ def random_models(out_root):
         if spec["shard"]:
             save_kw["max_shard_size"] = spec["shard"]
         model.to(getattr(torch, spec["dtype"])).save_pretrained(out, **save_kw)
-        model.float()
+        # Reload rather than model.float(): .to(dtype) also rounded the rotary inv_freq
+        # buffer, which a fresh fp32 load (what users run) computes in full precision.
+        model = LlamaForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager").eval()
         rng = random.Random(name)
         V = cfg.vocab_size
         lens = [1, 9, 40] + ([150] if name == "rand-llama3" else [])
