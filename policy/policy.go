@@ -72,8 +72,9 @@ type Policy[K comparable] interface {
 	// Add inserts k, or updates the size and cost of a resident k and counts
 	// it as an access. It returns the keys that left, oldest decision first.
 	// The slice may contain k itself when k was not admitted (too large for
-	// MaxBytes, or refused by an admission filter). The caller owns the
-	// returned slice.
+	// MaxBytes, or refused by an admission filter); no key in it is resident
+	// when Add returns, so the caller can delete them all. The caller owns
+	// the returned slice.
 	Add(k K, size int64, cost float64) (evicted []Eviction[K])
 	// Get reports whether k is resident and records the access.
 	Get(k K) bool

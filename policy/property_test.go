@@ -55,6 +55,11 @@ func checkConsistent(t *testing.T, p Policy[int], c Capacity, seed uint64, steps
 				size = 1000 // larger than any MaxBytes used
 			}
 			ev := p.Add(k, size, float64(1+rng.IntN(5)))
+			for _, e := range ev {
+				if p.Contains(e.Key) {
+					t.Fatalf("step %d: Add(%d) reported %d, which is still resident", step, k, e.Key)
+				}
+			}
 			apply(step, ev, k)
 			if p.Contains(k) {
 				model[k] = size

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"container/heap"
+	"slices"
 	"time"
 )
 
@@ -112,7 +113,9 @@ func (t *TTL[K]) Add(k K, size int64, cost float64) []Eviction[K] {
 
 // AddTTL sweeps expired entries, adds k to the inner policy, and gives k the
 // lifetime ttl from now (ttl <= 0: k never expires). It returns the expired
-// entries (ReasonTTL) followed by the inner policy's evictions.
+// entries (ReasonTTL) followed by the inner policy's evictions. Like every
+// Add, it never reports a key that is resident when it returns: re-adding an
+// expired k replaces it silently.
 func (t *TTL[K]) AddTTL(k K, size int64, cost float64, ttl time.Duration) []Eviction[K] {
 	now := t.now()
 	ev := t.sweep(now)
@@ -120,10 +123,16 @@ func (t *TTL[K]) AddTTL(k K, size int64, cost float64, ttl time.Duration) []Evic
 	for _, e := range inner {
 		t.forget(e.Key)
 	}
-	if ttl > 0 && t.p.Contains(k) {
+	resident := t.p.Contains(k)
+	if ttl > 0 && resident {
 		t.set(k, now.Add(ttl))
 	} else {
 		t.forget(k)
+	}
+	if resident {
+		// k expired and is being re-added: the caller must not delete the
+		// new entry, so the old one's expiry is not reported.
+		ev = slices.DeleteFunc(ev, func(e Eviction[K]) bool { return e.Key == k })
 	}
 	return append(ev, inner...)
 }

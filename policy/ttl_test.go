@@ -76,7 +76,23 @@ func TestTTLExpiry(t *testing.T) {
 	if !p.Get("forever") {
 		t.Fatal("forever expired")
 	}
+	// Re-adding an expired key replaces it: the old entry's expiry is not
+	// reported, since the caller would delete the new one.
+	p.Add("r", 1, 1)
+	clk.advance(time.Minute)
+	if p.Get("r") {
+		t.Fatal("r live after its deadline")
+	}
+	if got := p.Add("r", 1, 1); len(got) != 0 || !p.Contains("r") {
+		t.Fatalf("re-adding expired r reported %v", evictions(got))
+	}
+	p.Add("s", 1, 1)
+	clk.advance(time.Minute) // s expired, not yet swept
+	if got := p.Add("s", 1, 1); !slices.Equal(evictions(got), []string{"r:ttl"}) || !p.Contains("s") {
+		t.Fatalf("re-adding expired s reported %v, want [r:ttl]", evictions(got))
+	}
 	// Explicit removal forgets the deadline.
+	p.Remove("s")
 	p.Add("d", 1, 1)
 	if !p.Remove("d") || p.Remove("d") {
 		t.Fatal("Remove")
