@@ -89,7 +89,7 @@ func TestChatUnsupported(t *testing.T) {
 		"{{ 'a %s' % 1 }}",
 		"{% for x in y recursive %}{% endfor %}",
 		"{{ x is callable }}",
-		"{{ m.format(1) }}",
+		"{{ 'x'.format(1) }}",
 	} {
 		_, err := RenderTemplate(src, []Message{{"user", "hi"}}, false, "", "")
 		if !errors.Is(err, ErrUnsupportedTemplate) {
@@ -137,5 +137,31 @@ func TestChatBounds(t *testing.T) {
 		if _, err := RenderTemplate(src, nil, false, "", ""); !errors.Is(err, ErrTemplate) {
 			t.Errorf("%q: want a bounded ErrTemplate, got %v", src, err)
 		}
+	}
+}
+
+// TestJinjaSemantics: expected strings were produced by Python jinja2 3.1.6 with
+// transformers' environment (trim_blocks, lstrip_blocks, loopcontrols).
+func TestJinjaSemantics(t *testing.T) {
+	msgs := []Message{{"user", "a"}, {"user", "b"}}
+	cases := []struct{ src, want string }{
+		{"{% set x = 0 %}{% for i in range(3) %}{{ x }}{% set x = i + 10 %}{{ x }},{% endfor %}{{ x }}", "010,011,012,0"},
+		{"{% for i in range(2) %}{% for j in range(2) %}{{ loop.index }}{{ i }}{% endfor %}{{ loop.index }}|{% endfor %}", "10201|11212|"},
+		{"{% for i in [] %}x{% else %}empty{% endfor %}", "empty"},
+		{"{% for i in range(5) %}{% if i == 1 %}{% continue %}{% endif %}{% if i == 3 %}{% break %}{% endif %}{{ i }}{% endfor %}", "02"},
+		{"  {% if true %}\n    yes\n  {% endif %}\nend\n", "    yes\nend"},
+		{"{{ '%s' | length }} {{ [1,2,3][1:] }} {{ 'Hello'[1:3] }} {{ none }} {{ 1.5 }} {{ 10/2 }} {{ [1,'a',none] }} {{ {'a':1} }}", "2 [2, 3] el None 1.5 5.0 [1, 'a', None] {'a': 1}"},
+		{"{%- for m in messages -%}\n  {{- m.content -}}\n{%- endfor -%}", "ab"},
+		{"a {# comment #} b\n  {# c2 #}\nc", "a  b\nc"},
+		{"{{ \"it's\" }} {{ 'a\\tb' | tojson }} {{ ['x', 1.0, 2e-7] | tojson }}", "it's \"a\\tb\" [\"x\", 1.0, 2e-07]"},
+	}
+	for _, c := range cases {
+		got, err := RenderTemplate(c.src, msgs, false, "", "")
+		if err != nil || got != c.want {
+			t.Errorf("%q: got %q, %v; want %q", c.src, got, err, c.want)
+		}
+	}
+	if _, err := RenderTemplate("{{ x.y }}", msgs, false, "", ""); !errors.Is(err, ErrTemplate) {
+		t.Errorf("attribute of undefined: want ErrTemplate (jinja2: 'x' is undefined), got %v", err)
 	}
 }

@@ -583,6 +583,9 @@ func (e *jenv) eval(x jexpr) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		if u, ok := v.(undefinedV); ok {
+			return nil, rtErr("'%s' is undefined (reading .%s)", u.name, x.name)
+		}
 		return getAttr(v, x.name), nil
 	case eIndex:
 		v, err := e.eval(x.x)
@@ -592,6 +595,9 @@ func (e *jenv) eval(x jexpr) (any, error) {
 		k, err := e.eval(x.i)
 		if err != nil {
 			return nil, err
+		}
+		if u, ok := v.(undefinedV); ok {
+			return nil, rtErr("'%s' is undefined (reading [%s])", u.name, pyRepr(k))
 		}
 		return getItem(v, k), nil
 	case eSlice:

@@ -163,6 +163,18 @@ func lexExpr(src string, i int, closer byte) ([]jtok, int, error) {
 					j++
 				}
 			}
+			if j < len(src) && (src[j] == 'e' || src[j] == 'E') {
+				k := j + 1
+				if k < len(src) && (src[k] == '+' || src[k] == '-') {
+					k++
+				}
+				if k < len(src) && src[k] >= '0' && src[k] <= '9' {
+					for k < len(src) && src[k] >= '0' && src[k] <= '9' {
+						k++
+					}
+					kind, j = jtFloat, k
+				}
+			}
 			toks = append(toks, jtok{kind, strings.ReplaceAll(src[i:j], "_", ""), i})
 			i = j
 		case c == '"' || c == '\'':
