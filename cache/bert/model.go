@@ -348,13 +348,58 @@ func (m *Model) Forward(ids []int32, mask []int32) ([]float32, error) {
 	return x, nil
 }
 
+// parallelMACs is the work (T·in·out multiply-adds) above which a linear
+// layer splits its output columns over GOMAXPROCS goroutines.
+const parallelMACs = 1 << 20
+
 // apply computes dst[T, out] = src[T, in]·Wᵀ + b.
 func (l *linear) apply(dst, src []float32, T int) {
+	workers := runtime.GOMAXPROCS(0)
+	if T*l.in*l.out_ < parallelMACs || workers == 1 {
+		l.applyRange(dst, src, T, 0, l.out_)
+		return
+	}
+	chunk := (l.out_ + workers - 1) / workers
+	chunk = (chunk + 3) &^ 3 // keep 4-row blocks whole
+	var wg sync.WaitGroup
+	for lo := 0; lo < l.out_; lo += chunk {
+		hi := min(lo+chunk, l.out_)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.applyRange(dst, src, T, lo, hi)
+		}()
+	}
+	wg.Wait()
+}
+
+// applyRange computes output columns [lo, hi) of every row, four weight
+// rows at a time so that each input value is loaded once per four outputs.
+func (l *linear) applyRange(dst, src []float32, T, lo, hi int) {
 	in, out := l.in, l.out_
 	for t := range T {
 		xs := src[t*in : (t+1)*in]
 		ys := dst[t*out : (t+1)*out]
-		for o := range out {
+		o := lo
+		for ; o+4 <= hi; o += 4 {
+			w0 := l.w[o*in : (o+1)*in : (o+1)*in]
+			w1 := l.w[(o+1)*in : (o+2)*in]
+			w2 := l.w[(o+2)*in : (o+3)*in]
+			w3 := l.w[(o+3)*in : (o+4)*in]
+			w0, w1, w2, w3 = w0[:len(xs)], w1[:len(xs)], w2[:len(xs)], w3[:len(xs)] // bounds-check elimination
+			var s0, s1, s2, s3 float32
+			for i, x := range xs {
+				s0 += x * w0[i]
+				s1 += x * w1[i]
+				s2 += x * w2[i]
+				s3 += x * w3[i]
+			}
+			ys[o] = s0 + l.b[o]
+			ys[o+1] = s1 + l.b[o+1]
+			ys[o+2] = s2 + l.b[o+2]
+			ys[o+3] = s3 + l.b[o+3]
+		}
+		for ; o < hi; o++ {
 			ys[o] = dot(xs, l.w[o*in:(o+1)*in]) + l.b[o]
 		}
 	}

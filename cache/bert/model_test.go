@@ -23,7 +23,7 @@ var tinyConfig = Config{VocabSize: 32, HiddenSize: 8, NumHiddenLayers: 2, NumAtt
 // writeRandomModel writes config.json, model.safetensors (random weights,
 // names as saved by transformers' BertModel, with an unused pooler) and the
 // tiny tokenizer into a new directory and returns it with the weights.
-func writeRandomModel(t *testing.T, cfg Config, seed uint64, mutate func(map[string][]float32, map[string][]int64)) (string, map[string][]float32) {
+func writeRandomModel(t testing.TB, cfg Config, seed uint64, mutate func(map[string][]float32, map[string][]int64)) (string, map[string][]float32) {
 	t.Helper()
 	dir := t.TempDir()
 	r := rand.New(rand.NewPCG(seed, 1))
