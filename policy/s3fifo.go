@@ -54,14 +54,13 @@ func (p *S3FIFO[K]) ghostCap() int {
 	return max(p.m.len, p.s.len, 1)
 }
 
-func (p *S3FIFO[K]) remember(k K) {
-	if g, ok := p.ghost[k]; ok {
-		p.g.moveToFront(g)
-	} else {
-		g = &node[K]{key: k, queue: qGhost}
-		p.ghost[k] = g
-		p.g.pushFront(g)
-	}
+// remember puts t, just evicted from S, at the head of G, reusing its node.
+// A resident key is never a ghost (a ghost that is added again leaves G), so
+// t.key is not in G yet.
+func (p *S3FIFO[K]) remember(t *node[K]) {
+	t.size, t.cost, t.freq, t.queue = 0, 0, 0, qGhost
+	p.ghost[t.key] = t
+	p.g.pushFront(t)
 	for gc := p.ghostCap(); p.g.len > gc; {
 		b := p.g.back()
 		p.g.remove(b)
@@ -92,7 +91,7 @@ func (p *S3FIFO[K]) evictS() (K, bool) {
 		}
 		delete(p.items, t.key)
 		p.bytes -= t.size
-		p.remember(t.key)
+		p.remember(t)
 		return t.key, true
 	}
 	var zero K
@@ -160,13 +159,14 @@ func (p *S3FIFO[K]) Add(k K, size int64, cost float64) []Eviction[K] {
 		return p.makeRoom(0, 0, nil)
 	}
 	ev := p.makeRoom(1, size, nil)
-	n = &node[K]{key: k, size: size, cost: cost}
 	if g, ok := p.ghost[k]; ok {
 		p.g.remove(g)
 		delete(p.ghost, k)
-		n.queue = qMain
+		n = g // reuse the ghost's node
+		n.size, n.cost, n.freq, n.queue = size, cost, 0, qMain
 		p.m.pushFront(n)
 	} else {
+		n = &node[K]{key: k, size: size, cost: cost}
 		n.queue = qSmall
 		p.s.pushFront(n)
 	}
