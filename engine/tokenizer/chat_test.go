@@ -128,6 +128,9 @@ func TestRenderChatGoldenSpecgate(t *testing.T) {
 }
 
 func TestChatBounds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: runs a template to its step limit")
+	}
 	for _, src := range []string{
 		"{% for a in range(1000000) %}{% for b in range(1000000) %}{% endfor %}{% endfor %}",
 		"{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // gpt2Bytes is an independent copy of GPT-2's bytes_to_unicode for building fixtures.
@@ -226,6 +228,24 @@ func TestSentencePieceFixture(t *testing.T) {
 		}
 		if bos, ok := tk.BOS(); !ok || bos != 1 {
 			t.Errorf("BOS from template = %d %v", bos, ok)
+		}
+	}
+}
+
+func TestNormalizers(t *testing.T) {
+	cases := []struct {
+		n        normalizer
+		in, want string
+	}{
+		{normLower{}, "HeLLo ΣΑΣ ΟΔΟΣ. İ", "hello σας οδος. i\u0307"},
+		{normForm{norm.NFKC}, "ﬁ①Ａ", "fi1A"},
+		{normSeq{normPrepend{"▁"}, replacer{lit: " ", content: "▁"}}, "a b", "▁a▁b"},
+		{normPrepend{"▁"}, "", ""},
+		{normStrip{true, true}, " \t x \n", "x"},
+	}
+	for _, c := range cases {
+		if got := c.n.normalize(c.in); got != c.want {
+			t.Errorf("%T(%q) = %q, want %q", c.n, c.in, got, c.want)
 		}
 	}
 }

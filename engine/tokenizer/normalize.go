@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -33,7 +34,66 @@ func (n normForm) normalize(s string) string { return n.f.String(s) }
 
 type normLower struct{}
 
-func (normLower) normalize(s string) string { return strings.ToLower(s) }
+func (normLower) normalize(s string) string { return rustLower(s) }
+
+// rustLower is Rust's str::to_lowercase: simple mappings plus the unconditional special
+// case U+0130 -> "i\u0307" and the final-sigma rule for U+03A3.
+func rustLower(s string) string {
+	if !strings.ContainsAny(s, "\u0130\u03a3") {
+		return strings.ToLower(s)
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 4)
+	for i, r := range s {
+		switch r {
+		case 0x130:
+			b.WriteString("i\u0307")
+		case 0x3A3:
+			if finalSigma(s, i) {
+				b.WriteRune(0x3C2)
+			} else {
+				b.WriteRune(0x3C3)
+			}
+		default:
+			b.WriteRune(unicode.ToLower(r))
+		}
+	}
+	return b.String()
+}
+
+func isCased(r rune) bool { return unicode.IsUpper(r) || unicode.IsLower(r) || unicode.IsTitle(r) }
+
+func isCaseIgnorable(r rune) bool {
+	return unicode.In(r, unicode.Mn, unicode.Me, unicode.Cf, unicode.Lm, unicode.Sk) ||
+		r == '\'' || r == '.' || r == ':' || r == 0xB7 || r == 0x2019
+}
+
+// finalSigma: the sigma at byte i is preceded by a cased letter and not followed by one
+// (skipping case-ignorable characters on both sides).
+func finalSigma(s string, i int) bool {
+	before := false
+	for j := i; j > 0; {
+		r, w := utf8.DecodeLastRuneInString(s[:j])
+		j -= w
+		if isCaseIgnorable(r) {
+			continue
+		}
+		before = isCased(r)
+		break
+	}
+	if !before {
+		return false
+	}
+	for j := i + 2; j < len(s); {
+		r, w := utf8.DecodeRuneInString(s[j:])
+		j += w
+		if isCaseIgnorable(r) {
+			continue
+		}
+		return !isCased(r)
+	}
+	return true
+}
 
 type normPrepend struct{ p string }
 
