@@ -173,7 +173,7 @@ func parseReplace(r json.RawMessage, field string) (replacer, error) {
 	case v.Pattern.String != nil:
 		rep.lit = *v.Pattern.String
 	case v.Pattern.Regex != nil:
-		re, err := regexp.Compile(*v.Pattern.Regex)
+		re, err := compileOnig(*v.Pattern.Regex)
 		if err != nil {
 			return replacer{}, errf(ErrUnsupported, field+".pattern.Regex", "%v", err)
 		}

@@ -557,7 +557,7 @@ func parsePreTokenizer(r json.RawMessage, field string, depth int) (preTokenizer
 			case patQwen2:
 				p.m = wholeMatcher(llama3At(1))
 			default:
-				re, err := regexp.Compile(*v.Pattern.Regex)
+				re, err := compileOnig(*v.Pattern.Regex)
 				if err != nil {
 					return nil, errf(ErrUnsupported, field+".pattern.Regex", "not a known pattern and not RE2-compatible: %v", err)
 				}

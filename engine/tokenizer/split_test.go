@@ -43,3 +43,18 @@ func TestSplitsMatchRegex(t *testing.T) {
 		t.Fatalf("only %d cases", n)
 	}
 }
+
+func TestCompileOnig(t *testing.T) {
+	re, err := compileOnig(`\s+|[\d\w]+|\S`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := re.FindAllString("a\u00a0\u3000١٢x_é!", -1)
+	want := []string{"a", "\u00a0\u3000", "١٢x_é", "!"}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if _, err := compileOnig(`\s+(?!\S)`); err == nil {
+		t.Error("lookahead compiled")
+	}
+}
