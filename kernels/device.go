@@ -45,10 +45,10 @@ type Device struct {
 	DriverVer    int
 	CacheHit     bool // the kernel binary came from the disk cache
 
-	reqs      chan func()
-	closeOnce sync.Once
-	mu        sync.Mutex
-	closed    bool
+	reqs    chan func()
+	stopped chan struct{} // closed when the worker has released the context
+	mu      sync.Mutex
+	closed  bool
 
 	// Owned by the worker goroutine.
 	dev    int32
@@ -73,7 +73,7 @@ func Open(ordinal int) (*Device, error) {
 	if err := loadLibs(); err != nil {
 		return nil, err
 	}
-	d := &Device{Ordinal: ordinal, reqs: make(chan func()), funcs: map[string]Func{}}
+	d := &Device{Ordinal: ordinal, reqs: make(chan func()), stopped: make(chan struct{}), funcs: map[string]Func{}}
 	d.c = Ctx{d}
 	for i := range d.argp {
 		d.argp[i] = uintptr(unsafe.Pointer(&d.args[i]))
@@ -89,7 +89,9 @@ func Open(ordinal int) (*Device, error) {
 func (d *Device) worker(initErr chan<- error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	defer close(d.stopped)
 	if err := d.init(); err != nil {
+		d.release()
 		initErr <- err
 		return
 	}
@@ -141,6 +143,9 @@ func (d *Device) init() error {
 }
 
 func (d *Device) release() {
+	if d.ctx == 0 {
+		return
+	}
 	if d.blas != 0 && cublas != nil {
 		cublas.cublasDestroy.call(d.blas)
 	}
@@ -166,16 +171,20 @@ func (d *Device) Do(f func(c *Ctx) error) error {
 	return <-done
 }
 
-// Close stops the worker and releases the context's module and stream.
-// Device memory the caller allocated must be freed before.
+// Close stops the worker and releases the context's module and stream; it
+// returns once they are released (so a following Open never races a
+// release of the shared primary context). Device memory the caller
+// allocated must be freed before.
 func (d *Device) Close() error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.closed {
+		d.mu.Unlock()
 		return nil
 	}
 	d.closed = true
 	close(d.reqs)
+	d.mu.Unlock()
+	<-d.stopped
 	return nil
 }
 

@@ -105,13 +105,15 @@ func relErr(got []float32, want []float64) float64 {
 }
 
 // devBuf uploads host data to a fresh device buffer.
-func devBuf[T any](t *testing.T, c *Ctx, host []T, elemBytes int) DevicePtr {
-	t.Helper()
+func devBuf[T any](t testing.TB, c *Ctx, host []T, elemBytes int) DevicePtr {
 	p, err := c.Alloc(max(len(host)*elemBytes, 16))
-	if err != nil {
-		t.Fatal(err)
+	if err == nil {
+		err = Upload(c, p, host)
 	}
-	if err := Upload(c, p, host); err != nil {
+	if err != nil {
+		if t == nil {
+			panic(err)
+		}
 		t.Fatal(err)
 	}
 	return p

@@ -281,38 +281,53 @@ extern "C" __global__ void rope_append(float* __restrict__ qkv, const int* __res
 }
 
 // ---------------------------------------------------------------------------
-// attention over the paged cache, chain or tree. grid (T, nh), block
-// max(128, HD). Query token t attends to keys j in [0, kvlen[t]) whose slot
-// is slot_list[kvoff[t] + j]. Keys j >= cached[t] are new tokens of the same
+// attention over the paged cache, chain or tree. grid (T, nh), block 256.
+// Query token t attends to keys j in [0, kvlen[t]) whose slot is
+// slot_list[kvoff[t] + j]. Keys j >= cached[t] are new tokens of the same
 // request (index i = j - cached[t]); when maskoff[t] >= 0 key i is visible
 // only if bit i of mask[maskoff[t] ...] is set (tree ancestors + self);
 // otherwise all kvlen[t] keys are visible (causal chain: kvlen = cached+i+1).
-// out [T][nh*HD]. Scores are processed in chunks of 1024 keys with an online
-// softmax; fp32 throughout.
+// out [T][nh*HD]. Keys are processed in chunks of 1024 with an online
+// softmax, fp32 throughout. Scores: one thread per key. Values: a warp takes
+// KPW keys at a time (LPK lanes per key, 16-byte loads), 4 steps in flight.
 template <int HD>
 __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out, const float* __restrict__ kc,
                           const float* __restrict__ vc, const int* __restrict__ slot_list,
                           const int* __restrict__ kvoff, const int* __restrict__ kvlen, const int* __restrict__ cached,
                           const int* __restrict__ maskoff, const u32* __restrict__ mask, int nh, int nkv,
                           float scale) {
-  constexpr int CH = 1024;
-  __shared__ float qs[HD];
+  constexpr int CH = 1024, NT = 256, NW = NT / 32;
+  constexpr int QPL = HD / 4;                  // float4 per row
+  constexpr int LPK = QPL < 32 ? QPL : 32;     // lanes per key
+  constexpr int KPW = 32 / LPK;                // keys per warp step
+  constexpr int FPL = QPL / LPK;               // float4 per lane
+  constexpr int NP = NW * KPW;                 // partial accumulators
+  __shared__ float4 qs4[QPL];
   __shared__ float sc[CH];
+  __shared__ int sl[CH];
   __shared__ float red[32];
-  __shared__ float accs[256 > HD ? 256 : HD];
-  __shared__ float ls[32];
-  const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
+  __shared__ float accs[NP * HD];
+  __shared__ float ls[NP];
+  float* qs = (float*)qs4;
+  const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+  const int lane = tid & 31, w = tid >> 5, sub = lane / LPK, dl = lane - sub * LPK, pid = w * KPW + sub;
   const int kvdim = nkv * HD, qkvdim = nh * HD + 2 * kvdim;
   const int kvh = h / (nh / nkv);
-  for (int d = tid; d < HD; d += nt) qs[d] = qkv[(size_t)t * qkvdim + h * HD + d] * scale;
+  for (int d = tid; d < HD; d += NT) qs[d] = qkv[(size_t)t * qkvdim + h * HD + d] * scale;
   const int off = kvoff[t], len = kvlen[t], nc = cached[t], mo = maskoff[t];
-  const int G = nt / HD, g = tid / HD, d = tid - g * HD;  // value phase: group g, dim d
-  float mrun = NEG_INF, l = 0.f, acc = 0.f;
+  const float* kbase = kc + kvh * HD;
+  const float* vbase = vc + kvh * HD;
+  float mrun = NEG_INF, l = 0.f;
+  float4 acc[FPL];
+#pragma unroll
+  for (int f = 0; f < FPL; f++) acc[f].x = acc[f].y = acc[f].z = acc[f].w = 0.f;
   __syncthreads();
   for (int c0 = 0; c0 < len; c0 += CH) {
     const int c1 = min(len, c0 + CH);
     float mloc = NEG_INF;
-    for (int j = c0 + tid; j < c1; j += nt) {
+    for (int j = c0 + tid; j < c1; j += NT) {
+      const int slot = slot_list[off + j];
+      sl[j - c0] = slot;
       bool vis = true;
       if (mo >= 0 && j >= nc) {
         int i = j - nc;
@@ -320,46 +335,81 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
       }
       float s = NEG_INF;
       if (vis) {
-        const float4* kr = (const float4*)(kc + (size_t)slot_list[off + j] * kvdim + kvh * HD);
-        s = 0.f;
+        const float4* kr = (const float4*)(kbase + (size_t)slot * kvdim);
+        float s0 = 0.f, s1 = 0.f;
 #pragma unroll
-        for (int e = 0; e < HD / 4; e++) {
-          float4 k4 = kr[e];
-          s += qs[4 * e] * k4.x + qs[4 * e + 1] * k4.y + qs[4 * e + 2] * k4.z + qs[4 * e + 3] * k4.w;
+        for (int e = 0; e < QPL; e += 2) {
+          float4 k4 = kr[e], q4 = qs4[e];
+          s0 += q4.x * k4.x + q4.y * k4.y + q4.z * k4.z + q4.w * k4.w;
+          if (e + 1 < QPL) {
+            float4 k5 = kr[e + 1], q5 = qs4[e + 1];
+            s1 += q5.x * k5.x + q5.y * k5.y + q5.z * k5.z + q5.w * k5.w;
+          }
         }
+        s = s0 + s1;
       }
       sc[j - c0] = s;
       mloc = fmaxf(mloc, s);
     }
-    const float mc = block_max(mloc, red);  // includes a barrier after sc writes
+    const float mc = block_max(mloc, red);  // its barriers publish sc and sl
     const float mnew = fmaxf(mrun, mc);
     if (mnew != NEG_INF) {
       const float corr = mrun == NEG_INF ? 0.f : expf(mrun - mnew);
-      acc *= corr;
       l *= corr;
-      if (g < G) {
-        for (int j = c0 + g; j < c1; j += G) {
-          float s = sc[j - c0];
-          if (s == NEG_INF) continue;
-          float p = expf(s - mnew);
-          l += p;
-          acc = fmaf(p, vc[(size_t)slot_list[off + j] * kvdim + kvh * HD + d], acc);
+#pragma unroll
+      for (int f = 0; f < FPL; f++) {
+        acc[f].x *= corr; acc[f].y *= corr; acc[f].z *= corr; acc[f].w *= corr;
+      }
+      int j = c0 + pid;
+      for (; j + 3 * NP < c1; j += 4 * NP) {
+        float4 v[4][FPL];
+        float p[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+          const float4* vr = (const float4*)(vbase + (size_t)sl[j + u * NP - c0] * kvdim);
+#pragma unroll
+          for (int f = 0; f < FPL; f++) v[u][f] = vr[dl + f * LPK];
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+          float s = sc[j + u * NP - c0];
+          p[u] = s == NEG_INF ? 0.f : expf(s - mnew);
+          l += p[u];
+#pragma unroll
+          for (int f = 0; f < FPL; f++) {
+            acc[f].x = fmaf(p[u], v[u][f].x, acc[f].x); acc[f].y = fmaf(p[u], v[u][f].y, acc[f].y);
+            acc[f].z = fmaf(p[u], v[u][f].z, acc[f].z); acc[f].w = fmaf(p[u], v[u][f].w, acc[f].w);
+          }
+        }
+      }
+      for (; j < c1; j += NP) {
+        float s = sc[j - c0];
+        if (s == NEG_INF) continue;
+        float p = expf(s - mnew);
+        l += p;
+        const float4* vr = (const float4*)(vbase + (size_t)sl[j - c0] * kvdim);
+#pragma unroll
+        for (int f = 0; f < FPL; f++) {
+          float4 vv = vr[dl + f * LPK];
+          acc[f].x = fmaf(p, vv.x, acc[f].x); acc[f].y = fmaf(p, vv.y, acc[f].y);
+          acc[f].z = fmaf(p, vv.z, acc[f].z); acc[f].w = fmaf(p, vv.w, acc[f].w);
         }
       }
       mrun = mnew;
     }
     __syncthreads();
   }
-  if (g < G) accs[tid] = acc;
-  if (g < G && d == 0) ls[g] = l;
+#pragma unroll
+  for (int f = 0; f < FPL; f++) *(float4*)(accs + pid * HD + 4 * (dl + f * LPK)) = acc[f];
+  if (dl == 0) ls[pid] = l;
   __syncthreads();
-  if (tid < HD) {
+  for (int d = tid; d < HD; d += NT) {
     float a = 0.f, ll = 0.f;
-    for (int k = 0; k < G; k++) {
-      a += accs[k * HD + tid];
+    for (int k = 0; k < NP; k++) {
+      a += accs[k * HD + d];
       ll += ls[k];
     }
-    out[(size_t)t * nh * HD + h * HD + tid] = ll > 0.f ? a / ll : 0.f;
+    out[(size_t)t * nh * HD + h * HD + d] = ll > 0.f ? a / ll : 0.f;
   }
 }
 

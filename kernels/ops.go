@@ -128,7 +128,7 @@ func (c *Ctx) Attention(qkv, out, kc, vc DevicePtr, m AttnMeta, T, nh, nkv, hd i
 	default:
 		return fmt.Errorf("attention head_dim %d (want 8, 16, 32, 64, 128 or 256): %w", hd, ErrBadArg)
 	}
-	return c.LaunchByName(fmt.Sprintf("attention_hd%d", hd), Dim3{uint32(T), uint32(nh), 1}, Dim3{uint32(max(128, hd)), 1, 1}, 0,
+	return c.LaunchByName(fmt.Sprintf("attention_hd%d", hd), Dim3{uint32(T), uint32(nh), 1}, Dim3{256, 1, 1}, 0,
 		P(qkv), P(out), P(kc), P(vc), P(m.SlotList), P(m.KVOff), P(m.KVLen), P(m.Cached), P(m.MaskOff), P(m.Mask),
 		I(nh), I(nkv), F(scale))
 }

@@ -173,7 +173,9 @@ func TestForwardMatchesCPU(t *testing.T) {
 				rc, rg := clone(req), clone(req)
 				fwd(t, cpu, cfg.VocabSize, rc)
 				fwd(t, gpu, cfg.VocabSize, rg)
-				tol := 2e-3
+				// Prefill over cuBLAS rounds activations to fp16; the GEMV
+				// path keeps them fp32.
+				tol := 5e-3
 				if opt.NoCUBLAS {
 					tol = 1e-4
 				}
@@ -193,7 +195,7 @@ func TestForwardMatchesCPU(t *testing.T) {
 					}
 					a, b := argmax(qc.Logits), argmax(qg.Logits)
 					if a != b {
-						if gap(qc.Logits) > 1e-3 {
+						if gap(qc.Logits) > 10*tol {
 							t.Fatalf("step %d: greedy token %d on CPU, %d on GPU (gap %.3g)", step, a, b, gap(qc.Logits))
 						}
 						t.Logf("step %d: near-tie (gap %.3g), CPU %d GPU %d; stopping", step, gap(qc.Logits), a, b)
@@ -275,7 +277,7 @@ func TestTreeEqualsChain(t *testing.T) {
 func TestCopySlotsMatchesCPU(t *testing.T) {
 	cfg := configs()["gqa"]
 	r := rand.New(rand.NewPCG(rand.Uint64(), 9))
-	cpu, gpu := newPair(t, cfg, r.Uint64(), Options{})
+	cpu, gpu := newPair(t, cfg, r.Uint64(), Options{NoCUBLAS: true}) // fp32 activations throughout
 	const P = 9
 	prompt := make([]int32, P)
 	for i := range prompt {

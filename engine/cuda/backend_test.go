@@ -41,3 +41,31 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		t.Fatalf("hidden 50 / head_dim 10: got %v, want ErrBadConfig", err)
 	}
 }
+
+func TestSelect(t *testing.T) {
+	if f, err := Select("cpu", Options{}, 1, nil); f != nil || err != nil {
+		t.Fatalf("cpu: %v %v", f != nil, err)
+	}
+	if _, err := Select("tpu", Options{}, 1, nil); !errors.Is(err, ErrBackendName) {
+		t.Fatalf("tpu: %v", err)
+	}
+	if os.Getenv("SPECGATE_EXPECT_GPU") != "" {
+		return
+	}
+	cfg := engine.Config{HiddenSize: 48, IntermediateSize: 80, NumLayers: 1, NumHeads: 6, NumKVHeads: 2, HeadDim: 8,
+		RMSNormEps: 1e-5, RopeTheta: 10000, RopeScaling: engine.RopeScaling{Type: engine.RopeDefault}, MaxPositions: 64,
+		VocabSize: 61, BOS: 1, EOS: []int32{2}}
+	var reason error
+	f, err := Select("auto", Options{}, 1, func(e error) { reason = e })
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := f(cfg, engine.RandomWeights(cfg, 1), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, isCPU := b.(*engine.CPUBackend); isCPU && !errors.Is(reason, kernels.ErrNoCUDA) {
+		t.Fatalf("fell back to CPU without an ErrNoCUDA reason: %v", reason)
+	}
+}

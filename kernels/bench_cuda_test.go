@@ -1,0 +1,161 @@
+//go:build cuda
+
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// timeLaunches runs launch n times between two events and returns µs per call.
+func timeLaunches(b *testing.B, c *Ctx, n int, launch func(i int) error) float64 {
+	b.Helper()
+	for i := 0; i < 3; i++ {
+		if err := launch(i); err != nil {
+			b.Fatal(err)
+		}
+	}
+	e0, _ := c.NewEvent()
+	e1, _ := c.NewEvent()
+	defer c.DestroyEvent(e0)
+	defer c.DestroyEvent(e1)
+	c.Record(e0)
+	for i := 0; i < n; i++ {
+		if err := launch(i); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c.Record(e1)
+	ms, err := c.ElapsedMs(e0, e1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return float64(ms) * 1e3 / float64(n)
+}
+
+// BenchmarkGemv: the TinyLlama-1.1B projections at batch 1 (and 4), weights
+// rotated over copies larger than L2 so each call streams from HBM.
+// Reports weight GB/s.
+func BenchmarkGemv(b *testing.B) {
+	d, err := Open(0)
+	if err != nil {
+		b.Skip(err)
+	}
+	defer d.Close()
+	shapes := []struct {
+		name string
+		kind GemvKind
+		N, K int
+	}{{"qkv", GemvNorm, 2560, 2048}, {"o", GemvResid, 2048, 2048}, {"gateup", GemvSwiGLU, 11264, 2048},
+		{"down", GemvResid, 2048, 5632}, {"lmhead", GemvNorm, 32000, 2048}}
+	for _, s := range shapes {
+		for _, M := range []int{1, 4} {
+			b.Run(fmt.Sprintf("%s-M%d", s.name, M), func(b *testing.B) {
+				err := d.Do(func(c *Ctx) error {
+					bytes := s.N * s.K * 2
+					copies := max(2, (400<<20)/bytes)
+					ws := make([]DevicePtr, copies)
+					for i := range ws {
+						ws[i], _ = c.Alloc(bytes)
+						c.FillRandomF16(ws[i], int64(s.N*s.K), uint64(i), 0.02)
+					}
+					r := rand.New(rand.NewPCG(1, 2))
+					x := devBuf(nil, c, randF32(r, M*s.K, 1), 4)
+					nw := devBuf(nil, c, randF16(r, s.K, 1), 2)
+					y, _ := c.Alloc(M * s.N * 4)
+					b.ResetTimer()
+					us := timeLaunches(b, c, max(b.N, 50), func(i int) error {
+						return c.Gemv(s.kind, ws[i%copies], x, 0, nw, 1e-5, y, M, s.N, s.K)
+					})
+					b.ReportMetric(us, "us/call")
+					b.ReportMetric(float64(bytes)/us/1e3, "GB/s")
+					for _, p := range append(ws, x, nw, y) {
+						c.Free(p)
+					}
+					return nil
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkAttention: one decode token (T=1) or a 8-token chain, 32 heads,
+// 4 KV heads, head_dim 64, over contexts of 256..4096 keys.
+func BenchmarkAttention(b *testing.B) {
+	d, err := Open(0)
+	if err != nil {
+		b.Skip(err)
+	}
+	defer d.Close()
+	const nh, nkv, hd = 32, 4, 64
+	for _, T := range []int{1, 8} {
+		for _, ctx := range []int{256, 1024, 4096} {
+			b.Run(fmt.Sprintf("T%d-ctx%d", T, ctx), func(b *testing.B) {
+				err := d.Do(func(c *Ctx) error {
+					r := rand.New(rand.NewPCG(3, 4))
+					kvdim := nkv * hd
+					kc := devBuf(nil, c, randF32(r, (ctx+T)*kvdim, 1), 4)
+					vc := devBuf(nil, c, randF32(r, (ctx+T)*kvdim, 1), 4)
+					qkv := devBuf(nil, c, randF32(r, T*(nh+2*nkv)*hd, 1), 4)
+					perm := r.Perm(ctx + T)
+					sl := make([]int32, ctx+T)
+					for i, p := range perm {
+						sl[i] = int32(p)
+					}
+					off, ln, cached, mo := make([]int32, T), make([]int32, T), make([]int32, T), make([]int32, T)
+					for i := 0; i < T; i++ {
+						ln[i], cached[i], mo[i] = int32(ctx+i+1), int32(ctx), -1
+					}
+					m := AttnMeta{SlotList: devBuf(nil, c, sl, 4), KVOff: devBuf(nil, c, off, 4), KVLen: devBuf(nil, c, ln, 4),
+						Cached: devBuf(nil, c, cached, 4), MaskOff: devBuf(nil, c, mo, 4), Mask: devBuf(nil, c, []int32{0}, 4)}
+					out, _ := c.Alloc(T * nh * hd * 4)
+					b.ResetTimer()
+					us := timeLaunches(b, c, max(b.N, 50), func(int) error {
+						return c.Attention(qkv, out, kc, vc, m, T, nh, nkv, hd, 0.125)
+					})
+					b.ReportMetric(us, "us/call")
+					for _, p := range []DevicePtr{kc, vc, qkv, out, m.SlotList, m.KVOff, m.KVLen, m.Cached, m.MaskOff, m.Mask} {
+						c.Free(p)
+					}
+					return nil
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkRopeAppend: one decode token of the TinyLlama shape.
+func BenchmarkRopeAppend(b *testing.B) {
+	d, err := Open(0)
+	if err != nil {
+		b.Skip(err)
+	}
+	defer d.Close()
+	err = d.Do(func(c *Ctx) error {
+		r := rand.New(rand.NewPCG(5, 6))
+		qkv := devBuf(nil, c, randF32(r, 40*64, 1), 4)
+		kc, _ := c.Alloc(1024 * 256 * 4)
+		vc, _ := c.Alloc(1024 * 256 * 4)
+		pos := devBuf(nil, c, []int32{100}, 4)
+		slots := devBuf(nil, c, []int32{100}, 4)
+		inv := devBuf(nil, c, randF32(r, 32, 1), 4)
+		us := timeLaunches(b, c, max(b.N, 50), func(int) error {
+			return c.RopeAppend(qkv, pos, slots, inv, kc, vc, 1, 32, 4, 64)
+		})
+		b.ReportMetric(us, "us/call")
+		for _, p := range []DevicePtr{qkv, kc, vc, pos, slots, inv} {
+			c.Free(p)
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+}
