@@ -249,3 +249,48 @@ func TestNormalizers(t *testing.T) {
 		}
 	}
 }
+
+// TestAddedTokenFlags checks lstrip, single_word and normalized added tokens against
+// hand-derived HF AddedVocabulary behaviour.
+func TestAddedTokenFlags(t *testing.T) {
+	bl := mutate(t, byteLevelFixture(t, true), func(m map[string]any) {
+		m["added_tokens"] = append(m["added_tokens"].([]any),
+			map[string]any{"id": 269, "content": "<x>", "lstrip": true, "normalized": false, "special": false},
+			map[string]any{"id": 270, "content": "hi", "single_word": true, "normalized": false, "special": false})
+	})
+	tk, err := FromJSON(bl, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		text string
+		want []int32
+	}{
+		{"a  <x>b", []int32{'a', 269, 'b'}},                // lstrip takes the spaces into the token
+		{"hi this", []int32{270, ' ', 't', 'h', 'i', 's'}}, // "hi" inside "this" is not a single word
+		{"(hi)", []int32{'(', 270, ')'}},
+	} {
+		if got := tk.Encode(c.text, false); !slices.Equal(got, c.want) {
+			t.Errorf("Encode(%q) = %v, want %v", c.text, got, c.want)
+		}
+	}
+	if tk.IsSpecial(269) || tk.Decode([]int32{270, 269}, true) != "hi<x>" {
+		t.Errorf("non-special added tokens must survive skipSpecial: %q", tk.Decode([]int32{270, 269}, true))
+	}
+
+	sp := mutate(t, spFixture(t, false), func(m map[string]any) {
+		m["added_tokens"] = append(m["added_tokens"].([]any),
+			map[string]any{"id": 277, "content": "foo", "normalized": true, "special": false})
+	})
+	tk, err = FromJSON(sp, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Matched on the normalized text ("▁foo"), decoded through the normalized form.
+	if got := tk.Encode("a foo", false); !slices.Equal(got, []int32{259, 3 + 'a', 277}) {
+		t.Errorf("Encode(a foo) = %v", got)
+	}
+	if got := tk.Decode([]int32{259, 3 + 'a', 277}, false); got != "a foo" {
+		t.Errorf("Decode = %q", got)
+	}
+}
