@@ -119,6 +119,14 @@ func Bench(target, draft *engine.Model, o BenchOptions) ([]BenchRow, error) {
 	}
 	e := engine.New(target, engine.Options{})
 	defer e.Close()
+	// warm-up (untimed): one short request per mode.
+	for i := range modes {
+		req := engine.GenerateRequest{Prompt: o.Prompts[0], MaxTokens: min(o.MaxNew, 8), Sampling: o.Sampling,
+			Speculator: specs[i], NoSpeculation: specs[i] == nil}
+		if _, err := e.Generate(context.Background(), req, func(engine.Chunk) error { return nil }); err != nil {
+			return nil, fmt.Errorf("bench mode %q warm-up: %w", modes[i].Name, err)
+		}
+	}
 	rows := make([]BenchRow, len(modes))
 	times := make([][]time.Duration, len(modes))
 	ref := make([][]int32, len(o.Prompts))

@@ -18,8 +18,8 @@ func runBenchSpec(args []string) error {
 	fs := flag.NewFlagSet("bench-spec", flag.ContinueOnError)
 	target := fs.String("target", "models/specgate-target", "target model directory")
 	draft := fs.String("draft", "models/specgate-draft", "draft model directory")
-	prompts := fs.Int("prompts", 20, "prompts (from speculative/testdata/prompts.txt, code and English interleaved)")
-	tokens := fs.Int("tokens", 64, "new tokens per prompt")
+	prompts := fs.Int("prompts", 8, "prompts (from speculative/testdata/prompts.txt, code and English interleaved)")
+	tokens := fs.Int("tokens", 32, "new tokens per prompt")
 	runs := fs.Int("runs", 1, "timed runs per mode; the median run is reported")
 	temp := fs.Float64("temperature", 0, "sampling temperature (0 = greedy; outputs are then checked equal to plain)")
 	threads := fs.Int("threads", 0, "CPU backend threads (0 = GOMAXPROCS)")
@@ -54,7 +54,7 @@ func runBenchSpec(args []string) error {
 		*target, *draft, *prompts, *tokens, *temp, *runs)
 	fmt.Print(speculative.FormatBench(rows))
 	if *costs {
-		v, d, err := speculative.ForwardCosts(tm, dm, 8, 5)
+		v, d, err := speculative.ForwardCosts(tm, dm, 8, 3)
 		if err != nil {
 			return err
 		}
