@@ -305,18 +305,19 @@ func RunBench(w io.Writer, args []string) error {
 		names = append(names, n)
 	}
 	start := time.Now()
-	traces := []*Trace{
-		ZipfTrace(*keys, *requests, 0.8, *seed),
-		ZipfTrace(*keys, *requests, 1.0, *seed+1),
-		ScanTrace(*keys, *requests, 1.0, *scanLen, *scanFrac, *seed+2),
-	}
+	var loaded []*Trace
 	for _, f := range files {
 		t, err := LoadTraceFile(f, 0)
 		if err != nil {
 			return err
 		}
-		traces = append(traces, t)
+		loaded = append(loaded, t)
 	}
+	traces := append([]*Trace{
+		ZipfTrace(*keys, *requests, 0.8, *seed),
+		ZipfTrace(*keys, *requests, 1.0, *seed+1),
+		ScanTrace(*keys, *requests, 1.0, *scanLen, *scanFrac, *seed+2),
+	}, loaded...)
 	rows, err := RunTable(traces, fractions, names, *workers)
 	if err != nil {
 		return err

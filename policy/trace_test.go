@@ -3,6 +3,7 @@ package policy
 import (
 	"bytes"
 	"errors"
+	"io/fs"
 	"math"
 	"slices"
 	"strings"
@@ -117,6 +118,10 @@ func TestLoadTrace(t *testing.T) {
 			t.Errorf("%.20q: error %v, want %v mentioning %q", b.in, err, b.want, b.msg)
 		}
 	}
+	tr, err = LoadTraceFile("testdata/tiny.trace", 0)
+	if err != nil || tr.Len() != 30 || tr.Distinct() != 9 || tr.Size(1) != 300 || tr.Size(0) != 1 {
+		t.Fatalf("tiny.trace: %v, %d requests, %d distinct", err, tr.Len(), tr.Distinct())
+	}
 	if _, err := LoadTraceFile("testdata/does-not-exist", 0); err == nil {
 		t.Error("missing file loaded")
 	}
@@ -205,6 +210,21 @@ func TestRunBench(t *testing.T) {
 	}
 	if s := out.String(); strings.Contains(s, "sized") || !strings.Contains(s, "| lru | gdsf | belady |") {
 		t.Fatalf("-no-sized -policies lru,gdsf:\n%s", s)
+	}
+	// A trace file becomes one more row per size. Each of tiny.trace's 5
+	// rounds is: home, about, home, item-1, item-2, once-<round>. With room
+	// for 4 keys (-sizes 0.5 of 9 distinct) Belady keeps the 4 loop keys and
+	// never admits the one-offs: round 1 hits only the second home, rounds
+	// 2-5 hit all 5 loop requests: 1 + 4*5 = 21 of 30 = 70.00%.
+	out.Reset()
+	if err := RunBench(&out, []string{"-keys", "100", "-requests", "1000", "-sizes", "0.5", "-no-sized", "-trace", "testdata/tiny.trace"}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "| testdata/tiny.trace | 9 | 4 | 50 |") || !strings.Contains(out.String(), " 70.00 |\n") {
+		t.Fatalf("trace row missing or Belady not 21/30 = 70.00%%:\n%s", out.String())
+	}
+	if err := RunBench(&out, []string{"-trace", "testdata/missing"}); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing trace file: %v", err)
 	}
 	for _, args := range [][]string{{"-sizes", "0"}, {"-sizes", "x"}, {"-policies", "arc"}, {"-keys", "0"}, {"-nope"}} {
 		if err := RunBench(&out, args); !errors.Is(err, ErrUsage) {
