@@ -51,7 +51,9 @@ type WTinyLFU[K comparable] struct {
 // ratios vary slightly between processes through sketch collisions). The
 // sketch is sized for MaxEntries, or, with only MaxBytes set, starts at 1024
 // columns and doubles (forgetting its counts) whenever the resident key
-// count outgrows it. It panics if c is invalid.
+// count outgrows it; widths are powers of two from 64 to 2^24. The sketch
+// and doorkeeper take 6 bytes per column (768 KiB for MaxEntries 100 000).
+// It panics if c is invalid.
 func NewWTinyLFU[K comparable](c Capacity, hash func(K) uint64) *WTinyLFU[K] {
 	c.mustValid()
 	if hash == nil {
