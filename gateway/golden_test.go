@@ -61,7 +61,7 @@ func renderResponse(resp *http.Response, body []byte) []byte {
 	out.WriteString("\n")
 	body = normalize(body)
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		for _, ev := range strings.Split(string(body), "\n\n") {
+		for _, ev := range sortEvents(strings.Split(string(body), "\n\n")) {
 			if ev == "" {
 				continue
 			}
@@ -87,6 +87,29 @@ func renderResponse(resp *http.Response, body []byte) []byte {
 	}
 	out.Write(body)
 	return out.Bytes()
+}
+
+// sortEvents orders SSE events by choice index, keeping each choice's own
+// order: with n > 1 the choices run in parallel and interleave differently
+// from run to run. Events without choices (usage) and [DONE] stay last.
+func sortEvents(evs []string) []string {
+	key := func(ev string) int {
+		data, ok := strings.CutPrefix(ev, "data: ")
+		if !ok || data == "[DONE]" {
+			return 1 << 30
+		}
+		var c struct {
+			Choices []struct {
+				Index int `json:"index"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal([]byte(data), &c) != nil || len(c.Choices) == 0 {
+			return 1 << 29
+		}
+		return c.Choices[0].Index
+	}
+	sort.SliceStable(evs, func(i, j int) bool { return key(evs[i]) < key(evs[j]) })
+	return evs
 }
 
 // sendRaw sends a golden request over a raw connection and reads the answer.

@@ -317,6 +317,12 @@ func (s *Server) runJSON(c *fiber.Ctx, ctx context.Context, rs *runState) error 
 	if rs.creq != nil {
 		var l cache.Lookup
 		l, body, err = s.cache.Do(ctx, rs.creq, gen)
+		if err != nil && l.Shared && ctx.Err() == nil {
+			// We joined another client's generation and that client went
+			// away (its cancellation is shared): generate for ourselves.
+			l = cache.Lookup{}
+			body, _, err = gen(ctx)
+		}
 		setCacheHeaders(c, l)
 		if err == nil && (l.Hit || l.Shared) {
 			body, usage = rewriteCached(body, rs.id, rs.created, l.Hit)

@@ -3,7 +3,9 @@ package gateway
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"reflect"
 	"strings"
@@ -159,5 +161,33 @@ func TestEngineFailures(t *testing.T) {
 	r = post(t, ts.URL+"/v1/chat/completions", "", `{"model":"mid","messages":[{"role":"user","content":"x"}]}`, nil)
 	if r.status != 500 {
 		t.Errorf("non-stream failure: %d %s", r.status, r.body)
+	}
+}
+
+// Two identical requests share one generation (single-flight); when the
+// leader's client disconnects, the follower still gets its answer.
+func TestSingleFlightLeaderDisconnect(t *testing.T) {
+	g := &fakeGen{Reply: "a slow answer", Delay: 20 * time.Millisecond}
+	ts := startServer(t, Options{Models: []*LocalModel{fakeModel("m", g)}, Cache: newTestCache(t)})
+	body := `{"model":"m","temperature":0,"messages":[{"role":"user","content":"same question"}]}`
+	addr := strings.TrimPrefix(ts.URL, "http://")
+	leader, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(leader, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	for g.active.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	follower := make(chan cacheReply, 1)
+	go func() { follower <- post(t, ts.URL+"/v1/chat/completions", "", body, nil) }()
+	time.Sleep(60 * time.Millisecond)
+	leader.Close()
+	r := <-follower
+	if r.status != 200 || !strings.Contains(string(r.body), "a slow answer") {
+		t.Fatalf("follower: %d %s", r.status, r.body)
+	}
+	if calls := g.calls.Load(); calls != 2 {
+		t.Errorf("generations = %d, want 2 (the shared one was cancelled with its leader)", calls)
 	}
 }
