@@ -102,7 +102,7 @@ func decodeJSON(body []byte, v any) *APIError {
 	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		param := te.Field
+		param := indexedParam(body, te.Field)
 		return errInvalid(param, "invalid_type", "Invalid type for '%s': expected %s, but got %s.", param, describeType(te.Type), article(te.Value))
 	}
 	var se *json.SyntaxError
@@ -118,6 +118,10 @@ func describeType(t reflect.Type) string {
 	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
+	}
+	switch t {
+	case reflect.TypeOf(StopList{}), reflect.TypeOf(MessageContent{}), reflect.TypeOf(Prompt{}):
+		return "a string or an array"
 	}
 	switch t.Kind() {
 	case reflect.String:
@@ -148,4 +152,29 @@ func article(kind string) string {
 		return "a number (" + strings.TrimPrefix(kind, "number ") + ")"
 	}
 	return "a " + kind
+}
+
+// indexedParam turns encoding/json's "messages.content" into OpenAI's
+// "messages[2].content" by finding the first element of the top-level array
+// that fails to decode on its own. Other paths are returned unchanged.
+func indexedParam(body []byte, field string) string {
+	top, rest, ok := strings.Cut(field, ".")
+	if !ok || top != "messages" {
+		return field
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(body, &obj) != nil {
+		return field
+	}
+	var elems []json.RawMessage
+	if json.Unmarshal(obj[top], &elems) != nil {
+		return field
+	}
+	for i, e := range elems {
+		var m ChatMessage
+		if json.Unmarshal(e, &m) != nil {
+			return fmt.Sprintf("%s[%d].%s", top, i, rest)
+		}
+	}
+	return field
 }

@@ -103,7 +103,7 @@ func (m *MessageContent) UnmarshalJSON(b []byte) error {
 		*m = MessageContent{Parts: parts}
 		return nil
 	}
-	return &json.UnmarshalTypeError{Value: jsonKind(b), Type: typeString, Field: ""}
+	return &json.UnmarshalTypeError{Value: jsonKind(b), Type: reflect.TypeOf(MessageContent{})}
 }
 
 // MarshalJSON writes the content back as a string, parts, or null.
@@ -143,7 +143,7 @@ func (s *StopList) UnmarshalJSON(b []byte) error {
 		*s = list
 		return nil
 	}
-	return &json.UnmarshalTypeError{Value: jsonKind(b), Type: typeString}
+	return &json.UnmarshalTypeError{Value: jsonKind(b), Type: reflect.TypeOf(StopList{})}
 }
 
 // CompletionRequest is the body of POST /v1/completions.
@@ -188,7 +188,7 @@ func (p *Prompt) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	if len(b) == 0 || b[0] != '[' {
-		return &json.UnmarshalTypeError{Value: jsonKind(b), Type: typeString}
+		return &json.UnmarshalTypeError{Value: jsonKind(b), Type: reflect.TypeOf(Prompt{})}
 	}
 	var raw []json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil {
@@ -390,8 +390,6 @@ type EmbeddingResponse struct {
 	Model  string      `json:"model"`
 	Usage  Usage       `json:"usage"`
 }
-
-var typeString = reflect.TypeOf("")
 
 // jsonKind names the JSON type of a raw value for error messages.
 func jsonKind(b []byte) string {
