@@ -144,3 +144,30 @@ func TestTokenizerPostProcessors(t *testing.T) {
 		t.Fatalf("left truncation: %v", err)
 	}
 }
+
+// FuzzEncode: any input gives [CLS] … [SEP] within maxLen, with ids from
+// the vocabulary, without panicking.
+func FuzzEncode(f *testing.F) {
+	for _, s := range []string{"", "Hello, World!", "中文 café", "[MASK][MASK]", "\x00\xff\u200b", "unaffable unaffable"} {
+		f.Add(s, 8)
+	}
+	tok, err := LoadTokenizer("testdata/tiny/tokenizer.json")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, s string, maxLen int) {
+		maxLen = maxLen%40 + 1
+		ids := tok.Encode(s, maxLen)
+		if ids[0] != 2 || ids[len(ids)-1] != 3 {
+			t.Fatalf("Encode(%q) = %v: missing [CLS]/[SEP]", s, ids)
+		}
+		if maxLen >= 2 && len(ids) > maxLen {
+			t.Fatalf("Encode(%q, %d) has %d ids", s, maxLen, len(ids))
+		}
+		for _, id := range ids {
+			if id < 0 || id >= 32 {
+				t.Fatalf("id %d outside the vocabulary", id)
+			}
+		}
+	})
+}

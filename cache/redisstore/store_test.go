@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -367,5 +368,51 @@ func TestGlobEscape(t *testing.T) {
 		if got := globEscape(in); got != want {
 			t.Errorf("globEscape(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestStoreReopen: entries written through one Store (one "process") are
+// read, scanned and touched through a second one dialed afresh, as after a
+// gateway restart or by another replica.
+func TestStoreReopen(t *testing.T) {
+	_, _, prefix := newTestStore(t)
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	ctx := context.Background()
+	s1, err := Dial(ctx, "redis://"+addr+"/0", Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := s1.Put(ctx, sampleEntry("ns", fmt.Sprint("r", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.Client().Ping(ctx).Err(); err == nil {
+		t.Fatal("Close of a dialed store left its client open")
+	}
+	s2, err := Dial(ctx, addr, Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	var ids []string
+	if err := s2.Scan(ctx, "ns", func(e *cache.Entry) error { ids = append(ids, e.ID); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(ids)
+	if !slices.Equal(ids, []string{"r0", "r1", "r2"}) {
+		t.Fatalf("after reopen Scan = %v", ids)
+	}
+	if err := s2.Touch(ctx, "ns", "r1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Dial(ctx, "127.0.0.1:1", Options{}); err == nil {
+		t.Fatal("Dial of a closed port succeeded")
 	}
 }
