@@ -71,9 +71,6 @@ func sseContent(t *testing.T, b []byte) string {
 }
 
 func TestCacheHeadersAndReplay(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the engine")
-	}
 	cfg := DefaultConfig()
 	keys, _ := ParseAPIKeys("ka=tenantA,kb=tenantB")
 	cfg.Auth.Keys = keys

@@ -55,16 +55,10 @@ func upstreamGateway(t *testing.T) *testServer {
 }
 
 func TestConformanceLocal(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the engine")
-	}
 	conformance(t, localGateway(t), "local")
 }
 
 func TestConformanceUpstream(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the engine")
-	}
 	conformance(t, upstreamGateway(t), "upstream")
 }
 
@@ -283,9 +277,6 @@ func conformance(t *testing.T, ts *testServer, mode string) {
 // TestAuthAndRateLimits checks 401 for missing and wrong keys, tenant
 // routing, and 429 with Retry-After for both limits.
 func TestAuthAndRateLimits(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the engine")
-	}
 	cfg := DefaultConfig()
 	keys, _ := ParseAPIKeys("key-a=tenantA,key-b=tenantB")
 	cfg.Auth.Keys = append(keys, KeyConfig{Key: "key-slow", Tenant: "slow", Limits: &Limits{RequestsPerSecond: 0.01, Burst: 1}},

@@ -33,9 +33,6 @@ func exampleCommand(t *testing.T) string {
 // TestCurlExample runs the documented `curl -N` command as written against
 // the gateway serving the shipped model on the address the command names.
 func TestCurlExample(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the engine")
-	}
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl not installed")
 	}

@@ -81,25 +81,16 @@ func disconnectCase(t *testing.T, lm *LocalModel, body string, waitFor string) {
 }
 
 func TestDisconnectStopsGenerationStream(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the engine")
-	}
 	lm, _ := randomModel(t)
 	disconnectCase(t, lm, `{"model":"random","messages":[{"role":"user","content":"count to a million"}],"stream":true,"temperature":0,"max_tokens":3500}`, `"role":"assistant"`)
 }
 
 func TestDisconnectStopsGenerationJSON(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the engine")
-	}
 	lm, _ := randomModel(t)
 	disconnectCase(t, lm, `{"model":"random","messages":[{"role":"user","content":"count to a million"}],"temperature":0,"max_tokens":3500}`, "")
 }
 
 func TestDisconnectShippedModel(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the engine")
-	}
 	lm := shippedModel(t)
 	ctxLen := lm.ContextLength
 	disconnectCase(t, lm, fmt.Sprintf(`{"model":"specgate-target","messages":[{"role":"user","content":"Tell me a very long story."}],"stream":true,"temperature":0.8,"seed":1,"max_tokens":%d}`, ctxLen-64), `"content"`)

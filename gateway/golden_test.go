@@ -172,9 +172,6 @@ func newTestCache(t testing.TB) *cache.Cache {
 // serving the shipped model (with a fresh cache) and compares the answers
 // with the checked-in *.response files.
 func TestGolden(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the engine")
-	}
 	lm := loadShipped(t, &shippedNoPrefix, true)
 	cfg := DefaultConfig()
 	cfg.Server.MaxBodyBytes = 64 << 10

@@ -52,9 +52,6 @@ func newServerOn(t *testing.T, lm *LocalModel) (*Server, string) {
 }
 
 func TestShutdownFinishesInFlightStream(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the engine")
-	}
 	s, url := newServerOn(t, shippedModel(t))
 	body := startStream(t, url+"/v1/chat/completions", `{"model":"specgate-target","stream":true,"temperature":0,"max_tokens":60,"messages":[{"role":"user","content":"What does ephemeral mean?"}]}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -75,9 +72,6 @@ func TestShutdownFinishesInFlightStream(t *testing.T) {
 }
 
 func TestShutdownDeadlineCancelsGeneration(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the engine")
-	}
 	lm, _ := randomModel(t)
 	s, url := newServerOn(t, lm)
 	body := startStream(t, url+"/v1/chat/completions", `{"model":"random","stream":true,"temperature":0,"max_tokens":3900,"messages":[{"role":"user","content":"go on forever"}]}`)

@@ -17,9 +17,6 @@ import (
 // streams a completion, sends SIGTERM mid-stream and checks that the stream
 // still finishes, the server stops accepting and serve returns cleanly.
 func TestServeSIGTERM(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the engine")
-	}
 	model, _ := filepath.Abs("../../models/specgate-target")
 	if _, err := os.Stat(filepath.Join(model, "config.json")); err != nil {
 		t.Skipf("shipped model not present: %v", err)
