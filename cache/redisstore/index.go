@@ -245,14 +245,26 @@ func (x *Index) copyOf(namespace string) *nsCopy {
 	return c
 }
 
-// sync brings c up to the namespace's version in Redis.
+// sync brings c up to the namespace's version in Redis. The common case (no
+// change since the last search) costs one GET and no exclusive lock, so
+// concurrent searches of one namespace do not serialize.
 func (x *Index) sync(ctx context.Context, c *nsCopy) error {
+	cur, err := x.rdb.Get(ctx, x.ks.vver(c.name)).Result()
+	if err != nil && err != redis.Nil {
+		return fmt.Errorf("redisstore: Index.Search version: %w", err)
+	}
+	c.mu.RLock()
+	fresh := c.ver >= 0 && ((err == redis.Nil && c.ver == 0) || (err == nil && strconv.FormatInt(c.ver, 10) == cur))
+	c.mu.RUnlock()
+	if fresh {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ns := c.name
 	var verCmd, minCmd *redis.StringCmd
 	var logCmd *redis.ZSliceCmd
-	_, err := x.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = x.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		verCmd = p.Get(ctx, x.ks.vver(ns))
 		minCmd = p.Get(ctx, x.ks.vmin(ns))
 		if c.ver >= 0 {
@@ -429,12 +441,7 @@ func topK(ids []string, vecs []float32, dim int, q []float32, k int) []cache.Mat
 		return a.ID < b.ID
 	}
 	for i, id := range ids {
-		row := vecs[i*dim : (i+1)*dim]
-		var s float32
-		for j, x := range row {
-			s += x * qn[j]
-		}
-		m := cache.Match{ID: id, Score: s}
+		m := cache.Match{ID: id, Score: dot(vecs[i*dim:(i+1)*dim], qn)}
 		if len(out) == k && !less(m, out[k-1]) {
 			continue
 		}
@@ -448,4 +455,21 @@ func topK(ids []string, vecs []float32, dim int, q []float32, k int) []cache.Mat
 		}
 	}
 	return out
+}
+
+// dot is a float32 dot product with 4 independent accumulators.
+func dot(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
 }
