@@ -55,7 +55,6 @@ func runCacheBench(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	var rows []cache.BenchResult
 	for _, s := range strings.Split(*entries, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n <= 0 {
@@ -67,8 +66,7 @@ func runCacheBench(args []string) error {
 		if err != nil {
 			return fmt.Errorf("cache-bench: %d entries: %w", n, err)
 		}
-		rows = append(rows, rs...)
+		cache.WriteBenchTable(os.Stdout, rs) // one table per size, printed as soon as it is measured
 	}
-	cache.WriteBenchTable(os.Stdout, rows)
 	return nil
 }
