@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -320,6 +321,73 @@ func BenchmarkIndexSearch10k(b *testing.B) {
 	for b.Loop() {
 		if _, err := ix.Search(ctx, "ns", q, 5); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestIndexConcurrent: writers on two replicas and concurrent searches; at
+// the end both replicas see exactly the surviving vectors.
+func TestIndexConcurrent(t *testing.T) {
+	rdb, prefix := testClient(t)
+	const dim = 8
+	reps := []*Index{newTestIndex(t, rdb, prefix, dim), newTestIndex(t, rdb, prefix, dim)}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := range 4 {
+		wg.Add(2)
+		go func() { // writer: adds 40 ids, removes the odd ones
+			defer wg.Done()
+			ix := reps[w%2]
+			rng := rand.New(rand.NewPCG(uint64(w), 9))
+			for i := range 40 {
+				if err := ix.Add(ctx, "ns", fmt.Sprintf("w%d-%d", w, i), randVec(rng, dim)); err != nil {
+					errs <- err
+					return
+				}
+				if i%2 == 1 {
+					if err := ix.Remove(ctx, "ns", fmt.Sprintf("w%d-%d", w, i)); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+		go func() { // reader
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 10))
+			for range 40 {
+				if _, err := reps[(w+1)%2].Search(ctx, "ns", randVec(rng, dim), 5); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for r, ix := range reps {
+		got, err := ix.Search(ctx, "ns", []float32{1, 0, 0, 0, 0, 0, 0, 0}, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, m := range got {
+			ids = append(ids, m.ID)
+		}
+		slices.Sort(ids)
+		var want []string
+		for w := range 4 {
+			for i := 0; i < 40; i += 2 {
+				want = append(want, fmt.Sprintf("w%d-%d", w, i))
+			}
+		}
+		slices.Sort(want)
+		if !slices.Equal(ids, want) {
+			t.Fatalf("replica %d sees %d ids, want %d", r, len(ids), len(want))
 		}
 	}
 }
