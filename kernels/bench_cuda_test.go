@@ -8,23 +8,39 @@ import (
 	"testing"
 )
 
-// timeLaunches runs launch n times between two events and returns µs per call.
-func timeLaunches(b *testing.B, c *Ctx, n int, launch func(i int) error) float64 {
-	b.Helper()
+// timeLaunches captures n calls of launch in a CUDA graph, replays it
+// between two events and returns device µs per call (launch overhead
+// excluded, as in the backend's graph-replayed decode).
+func timeLaunches(b testing.TB, c *Ctx, n int, launch func(i int) error) float64 {
 	for i := 0; i < 3; i++ {
 		if err := launch(i); err != nil {
 			b.Fatal(err)
 		}
+	}
+	if err := c.BeginCapture(); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if err := launch(i); err != nil {
+			c.EndCapture()
+			b.Fatal(err)
+		}
+	}
+	g, err := c.EndCapture()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.DestroyGraph(g)
+	if err := c.LaunchGraph(g); err != nil { // warm
+		b.Fatal(err)
 	}
 	e0, _ := c.NewEvent()
 	e1, _ := c.NewEvent()
 	defer c.DestroyEvent(e0)
 	defer c.DestroyEvent(e1)
 	c.Record(e0)
-	for i := 0; i < n; i++ {
-		if err := launch(i); err != nil {
-			b.Fatal(err)
-		}
+	if err := c.LaunchGraph(g); err != nil {
+		b.Fatal(err)
 	}
 	c.Record(e1)
 	ms, err := c.ElapsedMs(e0, e1)
@@ -50,9 +66,13 @@ func BenchmarkGemv(b *testing.B) {
 	}{{"qkv", GemvNorm, 2560, 2048}, {"o", GemvResid, 2048, 2048}, {"gateup", GemvSwiGLU, 11264, 2048},
 		{"down", GemvResid, 2048, 5632}, {"lmhead", GemvNorm, 32000, 2048}}
 	for _, s := range shapes {
-		for _, M := range []int{1, 4} {
-			b.Run(fmt.Sprintf("%s-M%d", s.name, M), func(b *testing.B) {
+		for _, mp := range [][2]int{{1, 1}, {1, 0}, {4, 1}} {
+			M, pf := mp[0], mp[1] == 1
+			b.Run(fmt.Sprintf("%s-M%d-pf%v", s.name, M, pf), func(b *testing.B) {
+				GemvPrefetch = pf
+				defer func() { GemvPrefetch = true }()
 				err := d.Do(func(c *Ctx) error {
+					tb := fatalPanics{b} // Fatal must not run on the GPU worker
 					bytes := s.N * s.K * 2
 					copies := max(2, (400<<20)/bytes)
 					ws := make([]DevicePtr, copies)
@@ -61,11 +81,10 @@ func BenchmarkGemv(b *testing.B) {
 						c.FillRandomF16(ws[i], int64(s.N*s.K), uint64(i), 0.02)
 					}
 					r := rand.New(rand.NewPCG(1, 2))
-					x := devBuf(nil, c, randF32(r, M*s.K, 1), 4)
-					nw := devBuf(nil, c, randF16(r, s.K, 1), 2)
+					x := devBuf(tb, c, randF32(r, M*s.K, 1), 4)
+					nw := devBuf(tb, c, randF16(r, s.K, 1), 2)
 					y, _ := c.Alloc(M * s.N * 4)
-					b.ResetTimer()
-					us := timeLaunches(b, c, max(b.N, 50), func(i int) error {
+					us := timeLaunches(tb, c, max(b.N, 50), func(i int) error {
 						return c.Gemv(s.kind, ws[i%copies], x, 0, nw, 1e-5, y, M, s.N, s.K)
 					})
 					b.ReportMetric(us, "us/call")
@@ -96,11 +115,12 @@ func BenchmarkAttention(b *testing.B) {
 		for _, ctx := range []int{256, 1024, 4096} {
 			b.Run(fmt.Sprintf("T%d-ctx%d", T, ctx), func(b *testing.B) {
 				err := d.Do(func(c *Ctx) error {
+					tb := fatalPanics{b} // Fatal must not run on the GPU worker
 					r := rand.New(rand.NewPCG(3, 4))
 					kvdim := nkv * hd
-					kc := devBuf(nil, c, randF32(r, (ctx+T)*kvdim, 1), 4)
-					vc := devBuf(nil, c, randF32(r, (ctx+T)*kvdim, 1), 4)
-					qkv := devBuf(nil, c, randF32(r, T*(nh+2*nkv)*hd, 1), 4)
+					kc := devBuf(tb, c, randF32(r, (ctx+T)*kvdim, 1), 4)
+					vc := devBuf(tb, c, randF32(r, (ctx+T)*kvdim, 1), 4)
+					qkv := devBuf(tb, c, randF32(r, T*(nh+2*nkv)*hd, 1), 4)
 					perm := r.Perm(ctx + T)
 					sl := make([]int32, ctx+T)
 					for i, p := range perm {
@@ -110,11 +130,10 @@ func BenchmarkAttention(b *testing.B) {
 					for i := 0; i < T; i++ {
 						ln[i], cached[i], mo[i] = int32(ctx+i+1), int32(ctx), -1
 					}
-					m := AttnMeta{SlotList: devBuf(nil, c, sl, 4), KVOff: devBuf(nil, c, off, 4), KVLen: devBuf(nil, c, ln, 4),
-						Cached: devBuf(nil, c, cached, 4), MaskOff: devBuf(nil, c, mo, 4), Mask: devBuf(nil, c, []int32{0}, 4)}
+					m := AttnMeta{SlotList: devBuf(tb, c, sl, 4), KVOff: devBuf(tb, c, off, 4), KVLen: devBuf(tb, c, ln, 4),
+						Cached: devBuf(tb, c, cached, 4), MaskOff: devBuf(tb, c, mo, 4), Mask: devBuf(tb, c, []int32{0}, 4)}
 					out, _ := c.Alloc(T * nh * hd * 4)
-					b.ResetTimer()
-					us := timeLaunches(b, c, max(b.N, 50), func(int) error {
+					us := timeLaunches(tb, c, max(b.N, 50), func(int) error {
 						return c.Attention(qkv, out, kc, vc, m, T, nh, nkv, hd, 0.125)
 					})
 					b.ReportMetric(us, "us/call")
@@ -139,14 +158,15 @@ func BenchmarkRopeAppend(b *testing.B) {
 	}
 	defer d.Close()
 	err = d.Do(func(c *Ctx) error {
+		tb := fatalPanics{b} // Fatal must not run on the GPU worker
 		r := rand.New(rand.NewPCG(5, 6))
-		qkv := devBuf(nil, c, randF32(r, 40*64, 1), 4)
+		qkv := devBuf(tb, c, randF32(r, 40*64, 1), 4)
 		kc, _ := c.Alloc(1024 * 256 * 4)
 		vc, _ := c.Alloc(1024 * 256 * 4)
-		pos := devBuf(nil, c, []int32{100}, 4)
-		slots := devBuf(nil, c, []int32{100}, 4)
-		inv := devBuf(nil, c, randF32(r, 32, 1), 4)
-		us := timeLaunches(b, c, max(b.N, 50), func(int) error {
+		pos := devBuf(tb, c, []int32{100}, 4)
+		slots := devBuf(tb, c, []int32{100}, 4)
+		inv := devBuf(tb, c, randF32(r, 32, 1), 4)
+		us := timeLaunches(tb, c, max(b.N, 50), func(int) error {
 			return c.RopeAppend(qkv, pos, slots, inv, kc, vc, 1, 32, 4, 64)
 		})
 		b.ReportMetric(us, "us/call")

@@ -59,6 +59,7 @@ type Device struct {
 	blas   uintptr
 	args   [64]uint64
 	argp   [64]uintptr
+	pin    HostBuf // pinned staging for copies from and to Go memory
 	c      Ctx
 }
 
@@ -130,6 +131,10 @@ func (d *Device) init() error {
 	if r := cu.cuStreamCreate.call(uintptr(unsafe.Pointer(&d.stream)), 1 /* non-blocking */); r != 0 {
 		return cuErr(r, "cuStreamCreate")
 	}
+	if r := cu.cuMemAllocHost.call(uintptr(unsafe.Pointer(&d.pin.ptr)), stageBytes); r != 0 {
+		return cuErr(r, "cuMemAllocHost(staging)")
+	}
+	d.pin.size = stageBytes
 	img, arch, hit, err := compileModule(d.Major, d.Minor)
 	if err != nil {
 		return err
@@ -155,6 +160,9 @@ func (d *Device) release() {
 	if d.stream != 0 {
 		cu.cuStreamDestroy.call(d.stream)
 	}
+	if d.pin.ptr != 0 {
+		cu.cuMemFreeHost.call(d.pin.ptr)
+	}
 	cu.cuDevicePrimaryCtxRelease.call(uintptr(d.dev))
 }
 
@@ -166,7 +174,26 @@ func (d *Device) Do(f func(c *Ctx) error) error {
 		return ErrClosed
 	}
 	done := make(chan error, 1)
-	d.reqs <- func() { done <- f(&d.c) }
+	d.reqs <- func() {
+		finished := false
+		defer func() {
+			if finished {
+				return
+			}
+			if r := recover(); r != nil {
+				done <- fmt.Errorf("kernels: panic on the GPU worker: %v", r)
+				return
+			}
+			// f called runtime.Goexit (e.g. t.Fatal): the worker is gone.
+			d.mu.Lock()
+			d.closed = true
+			d.mu.Unlock()
+			done <- fmt.Errorf("kernels: the GPU worker exited inside Do: %w", ErrClosed)
+		}()
+		err := f(&d.c)
+		finished = true
+		done <- err
+	}
 	d.mu.Unlock()
 	return <-done
 }
@@ -304,9 +331,13 @@ func (c *Ctx) FreeHost(h HostBuf) error {
 	return cuErr(cu.cuMemFreeHost.call(h.ptr), "cuMemFreeHost")
 }
 
-// HtoDRaw copies n bytes from host address src (pinned or Go memory that
-// stays alive until the call returns) to dst, enqueued on the stream.
-// Pageable sources are staged by the driver before the call returns.
+// stageBytes is the size of the pinned staging buffer of each Device.
+const stageBytes = 8 << 20
+
+// HtoDRaw enqueues a copy of n bytes from pinned host memory src (a
+// HostBuf's bytes) to dst. Go memory must go through Upload instead: the
+// Go heap's address range can overlap the driver's unified address space,
+// where the driver would take a Go address for a device one.
 func (c *Ctx) HtoDRaw(dst DevicePtr, src unsafe.Pointer, n int) error {
 	if n == 0 {
 		return nil
@@ -314,13 +345,46 @@ func (c *Ctx) HtoDRaw(dst DevicePtr, src unsafe.Pointer, n int) error {
 	return cuErr(cu.cuMemcpyHtoDAsync.call(uintptr(dst), uintptr(src), uintptr(n), c.d.stream), "cuMemcpyHtoDAsync")
 }
 
-// DtoHRaw copies n bytes from dst to host memory; complete only after Sync
-// for pinned destinations.
+// DtoHRaw enqueues a copy of n bytes from src to pinned host memory dst;
+// complete after Sync.
 func (c *Ctx) DtoHRaw(dst unsafe.Pointer, src DevicePtr, n int) error {
 	if n == 0 {
 		return nil
 	}
 	return cuErr(cu.cuMemcpyDtoHAsync.call(uintptr(dst), uintptr(src), uintptr(n), c.d.stream), "cuMemcpyDtoHAsync")
+}
+
+// copyIn copies n bytes of Go memory at src to dst through the pinned
+// staging buffer, waiting for each chunk.
+func (c *Ctx) copyIn(dst DevicePtr, src unsafe.Pointer, n int) error {
+	stage := c.d.pin.Bytes()
+	for off := 0; off < n; off += len(stage) {
+		m := min(len(stage), n-off)
+		copy(stage[:m], unsafe.Slice((*byte)(unsafe.Add(src, off)), m))
+		if err := c.HtoDRaw(dst+DevicePtr(off), unsafe.Pointer(&stage[0]), m); err != nil {
+			return err
+		}
+		if err := c.Sync(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyOut copies n bytes from src to Go memory at dst through the staging buffer.
+func (c *Ctx) copyOut(dst unsafe.Pointer, src DevicePtr, n int) error {
+	stage := c.d.pin.Bytes()
+	for off := 0; off < n; off += len(stage) {
+		m := min(len(stage), n-off)
+		if err := c.DtoHRaw(unsafe.Pointer(&stage[0]), src+DevicePtr(off), m); err != nil {
+			return err
+		}
+		if err := c.Sync(); err != nil {
+			return err
+		}
+		copy(unsafe.Slice((*byte)(unsafe.Add(dst, off)), m), stage[:m])
+	}
+	return nil
 }
 
 // DtoD copies n bytes between device buffers on the stream.
@@ -341,16 +405,13 @@ func (c *Ctx) Sync() error {
 	return cuErr(cu.cuStreamSynchronize.call(c.d.stream), "cuStreamSynchronize")
 }
 
-// Upload copies a host slice to dst and waits for the copy.
+// Upload copies a host slice to dst (through pinned staging) and waits.
 func Upload[T any](c *Ctx, dst DevicePtr, src []T) error {
 	if len(src) == 0 {
 		return nil
 	}
 	var z T
-	err := c.HtoDRaw(dst, unsafe.Pointer(&src[0]), len(src)*int(unsafe.Sizeof(z)))
-	if err == nil {
-		err = c.Sync()
-	}
+	err := c.copyIn(dst, unsafe.Pointer(&src[0]), len(src)*int(unsafe.Sizeof(z)))
 	runtime.KeepAlive(src)
 	return err
 }
@@ -361,10 +422,7 @@ func Download[T any](c *Ctx, dst []T, src DevicePtr) error {
 		return nil
 	}
 	var z T
-	err := c.DtoHRaw(unsafe.Pointer(&dst[0]), src, len(dst)*int(unsafe.Sizeof(z)))
-	if err == nil {
-		err = c.Sync()
-	}
+	err := c.copyOut(unsafe.Pointer(&dst[0]), src, len(dst)*int(unsafe.Sizeof(z)))
 	runtime.KeepAlive(dst)
 	return err
 }

@@ -3,6 +3,7 @@
 package kernels
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -41,6 +42,13 @@ func TestMain(m *testing.M) {
 }
 
 const nanBits = 0x7fc00000
+
+// fatalPanics turns Fatal into a panic, which Device.Do recovers and returns
+// as an error: runtime.Goexit (t.Fatal) on the GPU worker would kill it.
+type fatalPanics struct{ testing.TB }
+
+func (f fatalPanics) Fatal(args ...any)                 { panic(fmt.Sprint(args...)) }
+func (f fatalPanics) Fatalf(format string, args ...any) { panic(fmt.Sprintf(format, args...)) }
 
 func f16(v float32) uint16 {
 	// round to nearest even via float64 path
@@ -119,7 +127,7 @@ func devBuf[T any](t testing.TB, c *Ctx, host []T, elemBytes int) DevicePtr {
 	return p
 }
 
-func poisoned(t *testing.T, c *Ctx, n int) DevicePtr {
+func poisoned(t testing.TB, c *Ctx, n int) DevicePtr {
 	t.Helper()
 	p, err := c.Alloc(n * 4)
 	if err != nil {
@@ -148,6 +156,7 @@ func TestGemv(t *testing.T) {
 			N, K := shape[0], shape[1]
 			for _, M := range []int{1, 3, 8} {
 				err := d.Do(func(c *Ctx) error {
+					t := fatalPanics{t} // t.Fatal must not run on the GPU worker
 					W := randF16(r, N*K, 1/math.Sqrt(float64(K)))
 					rowsX := M + 2
 					X := randF32(r, rowsX*K, 2)
@@ -383,6 +392,7 @@ func TestRopeAttention(t *testing.T) {
 			}
 		}
 		err := d.Do(func(c *Ctx) error {
+			t := fatalPanics{t} // t.Fatal must not run on the GPU worker
 			dqkv, dkc, dvc := devBuf(t, c, qkv, 4), devBuf(t, c, kc, 4), devBuf(t, c, vc, 4)
 			dpos, dslots, dinv := devBuf(t, c, pos, 4), devBuf(t, c, slots, 4), devBuf(t, c, inv, 4)
 			m := AttnMeta{SlotList: devBuf(t, c, slotList, 4), KVOff: devBuf(t, c, kvoff, 4), KVLen: devBuf(t, c, kvlen, 4),
@@ -434,6 +444,7 @@ func TestArgmaxAndSample(t *testing.T) {
 		u[i] = float32(r.Float64())
 	}
 	err := d.Do(func(c *Ctx) error {
+		t := fatalPanics{t} // t.Fatal must not run on the GPU worker
 		dl, du := devBuf(t, c, rows, 4), devBuf(t, c, u, 4)
 		out, _ := c.Alloc(R * 4)
 		got := make([]int32, R)
@@ -552,6 +563,7 @@ func TestKVCompaction(t *testing.T) {
 		}
 	}
 	err := d.Do(func(c *Ctx) error {
+		t := fatalPanics{t} // t.Fatal must not run on the GPU worker
 		dc := devBuf(t, c, cache, 4)
 		tmp, _ := c.Alloc(len(src) * L * kv * 4)
 		ds, dd := devBuf(t, c, src, 4), devBuf(t, c, dst, 4)
@@ -588,6 +600,7 @@ func TestGemmF16AndHelpers(t *testing.T) {
 	nw := randF16(r, K, 1)
 	Y0 := randF32(r, M*N, 1)
 	err := d.Do(func(c *Ctx) error {
+		t := fatalPanics{t} // t.Fatal must not run on the GPU worker
 		dW, dX, dnw, dY := devBuf(t, c, W, 2), devBuf(t, c, X, 4), devBuf(t, c, nw, 2), devBuf(t, c, Y0, 4)
 		h, _ := c.Alloc(M * K * 2)
 		if err := c.RMSNormF16(dX, 0, dnw, 1e-5, h, M, K); err != nil {
@@ -652,6 +665,7 @@ func TestGraphReplay(t *testing.T) {
 	const N, K = 64, 512
 	W := randF16(r, N*K, 0.1)
 	err := d.Do(func(c *Ctx) error {
+		t := fatalPanics{t} // t.Fatal must not run on the GPU worker
 		dW := devBuf(t, c, W, 2)
 		dX, _ := c.Alloc(K * 4)
 		dY := poisoned(t, c, N)
@@ -702,6 +716,7 @@ func TestGraphReplay(t *testing.T) {
 func TestCopyBandwidth(t *testing.T) {
 	d := testDevice(t)
 	err := d.Do(func(c *Ctx) error {
+		t := fatalPanics{t} // t.Fatal must not run on the GPU worker
 		bw, err := c.CopyBandwidth(1<<30, 20)
 		if err != nil {
 			return err

@@ -81,12 +81,23 @@ extern "C" __global__ void embed_f16(const f16* __restrict__ table, const int* _
 // grid = ceil(units / upb), block 256, units = N (MODE 0/1) or N/2 (MODE 2).
 template <int M, int NORM, int MODE>
 __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, const int* __restrict__ xrow,
-                     const f16* __restrict__ nw, float eps, float* __restrict__ Y, int N, int K, int upb) {
+                     const f16* __restrict__ nw, float eps, float* __restrict__ Y, int N, int K, int upb,
+                     int prefetch) {
   extern __shared__ float4 smem4[];
   float* xs = (float*)smem4;
   __shared__ float red[32];
   __shared__ float scale[M];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
+  constexpr int R = MODE == 2 ? 2 : 1;
+  const int units = MODE == 2 ? N / 2 : N;
+  const int u0 = blockIdx.x * upb, u1 = min(units, u0 + upb);
+  if (prefetch && u1 > u0) {
+    // Start this block's weight rows towards L2 while the inputs load.
+    const char* wb = (const char*)(W + (size_t)u0 * R * K);
+    const size_t bytes = (size_t)(u1 - u0) * R * K * 2;
+    for (size_t o = (size_t)tid * 128; o < bytes; o += (size_t)blockDim.x * 128)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(wb + o));
+  }
 #pragma unroll
   for (int m = 0; m < M; m++) {
     const float* src = X + (size_t)(xrow ? xrow[m] : m) * K;
@@ -110,9 +121,6 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
     }
     __syncthreads();
   }
-  constexpr int R = MODE == 2 ? 2 : 1;
-  const int units = MODE == 2 ? N / 2 : N;
-  const int u0 = blockIdx.x * upb, u1 = min(units, u0 + upb);
   const int nvec = K >> 3;
   for (int u = u0 + warp; u < u1; u += nwarps) {
     float acc[R][M];
@@ -185,20 +193,20 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
 
 #define GEMV_INST(M)                                                                                        \
   extern "C" __global__ void __launch_bounds__(256) gemv_norm_m##M(                                          \
-      const f16* W, const float* X, const int* xrow, const f16* nw, float eps, float* Y, int N, int K, int upb) { \
-    gemv<M, 1, 0>(W, X, xrow, nw, eps, Y, N, K, upb);                                                       \
+      const f16* W, const float* X, const int* xrow, const f16* nw, float eps, float* Y, int N, int K, int upb, int pf) { \
+    gemv<M, 1, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf);                                                       \
   }                                                                                                         \
   extern "C" __global__ void __launch_bounds__(256) gemv_resid_m##M(                                         \
-      const f16* W, const float* X, const int* xrow, const f16* nw, float eps, float* Y, int N, int K, int upb) { \
-    gemv<M, 0, 1>(W, X, xrow, nw, eps, Y, N, K, upb);                                                       \
+      const f16* W, const float* X, const int* xrow, const f16* nw, float eps, float* Y, int N, int K, int upb, int pf) { \
+    gemv<M, 0, 1>(W, X, xrow, nw, eps, Y, N, K, upb, pf);                                                       \
   }                                                                                                         \
   extern "C" __global__ void __launch_bounds__(256) gemv_plain_m##M(                                         \
-      const f16* W, const float* X, const int* xrow, const f16* nw, float eps, float* Y, int N, int K, int upb) { \
-    gemv<M, 0, 0>(W, X, xrow, nw, eps, Y, N, K, upb);                                                       \
+      const f16* W, const float* X, const int* xrow, const f16* nw, float eps, float* Y, int N, int K, int upb, int pf) { \
+    gemv<M, 0, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf);                                                       \
   }                                                                                                         \
   extern "C" __global__ void __launch_bounds__(256) gemv_swiglu_m##M(                                        \
-      const f16* W, const float* X, const int* xrow, const f16* nw, float eps, float* Y, int N, int K, int upb) { \
-    gemv<M, 1, 2>(W, X, xrow, nw, eps, Y, N, K, upb);                                                       \
+      const f16* W, const float* X, const int* xrow, const f16* nw, float eps, float* Y, int N, int K, int upb, int pf) { \
+    gemv<M, 1, 2>(W, X, xrow, nw, eps, Y, N, K, upb, pf);                                                       \
   }
 GEMV_INST(1)
 GEMV_INST(2)

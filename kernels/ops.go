@@ -1,6 +1,9 @@
 package kernels
 
-import "fmt"
+import (
+	"fmt"
+	"os"
+)
 
 // Typed launchers for the kernels in llama.cu. All run on the device stream
 // (asynchronous); pointers are device addresses; shapes are row-major.
@@ -24,6 +27,11 @@ const (
 )
 
 var gemvNames = [...]string{"gemv_norm_m", "gemv_resid_m", "gemv_plain_m", "gemv_swiglu_m"}
+
+// GemvPrefetch makes each GEMV block prefetch its weight rows to L2 before
+// loading its inputs (overlapping the two). On by default; the environment
+// variable SPECGATE_GEMV_PREFETCH=0 turns it off (for measurements).
+var GemvPrefetch = os.Getenv("SPECGATE_GEMV_PREFETCH") != "0"
 
 // GemvSmem is the dynamic shared memory a GEMV of M tokens over K inputs needs.
 func GemvSmem(M, K int) int { return M * K * 4 }
@@ -70,7 +78,7 @@ func (c *Ctx) Gemv(kind GemvKind, W, X, xrow, nw DevicePtr, eps float32, Y Devic
 	upb = (upb + 7) / 8 * 8
 	grid := (units + upb - 1) / upb
 	return c.Launch(f, Dim3{uint32(grid), 1, 1}, Dim3{256, 1, 1}, smem,
-		P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), I(upb))
+		P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), I(upb), I(b2i(GemvPrefetch)))
 }
 
 // Embed gathers x[t] = table[tokens[t]] (fp16 table [V][H] → fp32 x [T][H]).
@@ -219,4 +227,11 @@ func Median(xs []float64) float64 {
 		}
 	}
 	return xs[len(xs)/2]
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
