@@ -66,7 +66,12 @@ func runWrk(wrk, script, url string, conns, threads int, d time.Duration) (wrkRe
 	if err != nil {
 		return wrkResult{}, fmt.Errorf("bench-gateway: wrk: %w: %s", err, out)
 	}
-	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	return parseWrk(string(out))
+}
+
+// parseWrk reads the RESULT line printed by wrkScript's done() hook.
+func parseWrk(out string) (wrkResult, error) {
+	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
 		if len(f) != 8 || f[0] != "RESULT" {
@@ -92,13 +97,15 @@ func runWrk(wrk, script, url string, conns, threads int, d time.Duration) (wrkRe
 		r.requests, durUS, r.errors = parseI(f[1]), parseI(f[2]), parseI(f[3])
 		r.mean, r.p50, r.p90, r.p99 = parseF(f[4]), parseF(f[5]), parseF(f[6]), parseF(f[7])
 		r.durationS = float64(durUS) / 1e6
-		if perr != nil {
-			return wrkResult{}, fmt.Errorf("bench-gateway: parsing wrk output %q: %w", sc.Text(), perr)
+		if perr != nil || r.durationS <= 0 {
+			return wrkResult{}, fmt.Errorf("bench-gateway: parsing wrk output %q: %w", sc.Text(), errors.Join(perr, errBadWrk))
 		}
 		return r, nil
 	}
-	return wrkResult{}, fmt.Errorf("bench-gateway: no RESULT line in wrk output: %s", out)
+	return wrkResult{}, fmt.Errorf("bench-gateway: no RESULT line in wrk output: %s: %w", out, errBadWrk)
 }
+
+var errBadWrk = errors.New("bad wrk output")
 
 func runBenchGateway(args []string) error {
 	fs := flag.NewFlagSet("bench-gateway", flag.ContinueOnError)
