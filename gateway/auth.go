@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -100,6 +101,14 @@ func (k *keyState) admit(now time.Time) (ok bool, which string, retry time.Durat
 	return true, "", 0
 }
 
+// remaining reports the buckets' whole tokens left (after a refill to now).
+func (k *keyState) remaining(now time.Time) (requests, tokens int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.refill(now)
+	return int(math.Max(0, k.reqTokens)), int(math.Max(0, k.tokTokens))
+}
+
 // charge takes n tokens from the token bucket after a request finished.
 func (k *keyState) charge(n int, now time.Time) {
 	if k.lim.TokensPerMinute <= 0 || n <= 0 {
@@ -138,7 +147,19 @@ func (s *Server) authenticate(c *fiber.Ctx) error {
 	}
 	c.Locals(localTenant, ks.tenant)
 	c.Locals(localKey, ks)
-	if ok, which, retry := ks.admit(time.Now()); !ok {
+	now := time.Now()
+	ok, which, retry := ks.admit(now)
+	// OpenAI's rate-limit headers, for the limits this key has.
+	reqLeft, tokLeft := ks.remaining(now)
+	if ks.lim.RequestsPerSecond > 0 {
+		c.Set("X-Ratelimit-Limit-Requests", strconv.Itoa(ks.lim.Burst))
+		c.Set("X-Ratelimit-Remaining-Requests", strconv.Itoa(reqLeft))
+	}
+	if ks.lim.TokensPerMinute > 0 {
+		c.Set("X-Ratelimit-Limit-Tokens", strconv.Itoa(ks.lim.TokensPerMinute))
+		c.Set("X-Ratelimit-Remaining-Tokens", strconv.Itoa(tokLeft))
+	}
+	if !ok {
 		s.met.rateLimited.WithLabelValues(ks.tenant, which).Inc()
 		if retry < time.Second {
 			retry = time.Second

@@ -327,6 +327,9 @@ func TestAuthAndRateLimits(t *testing.T) {
 	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" {
 		t.Errorf("429 without Retry-After: %d %q", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
+	if resp.Header.Get("X-Ratelimit-Limit-Requests") != "1" || resp.Header.Get("X-Ratelimit-Remaining-Requests") != "0" {
+		t.Errorf("rate-limit headers: limit %q remaining %q", resp.Header.Get("X-Ratelimit-Limit-Requests"), resp.Header.Get("X-Ratelimit-Remaining-Requests"))
+	}
 	// Health endpoints need no key.
 	if r, err := http.Get(ts.URL + "/healthz"); err != nil || r.StatusCode != 200 {
 		t.Errorf("healthz: %v %v", r, err)
