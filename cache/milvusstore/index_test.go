@@ -288,3 +288,43 @@ func TestExistingCollectionWithOtherSchema(t *testing.T) {
 		t.Fatalf("foreign schema: %v", err)
 	}
 }
+
+func TestDial(t *testing.T) {
+	fake, addr := startFakeMilvus(t)
+	ctx := context.Background()
+	ix, err := Dial(ctx, &milvusclient.ClientConfig{Address: addr}, IndexOptions{Prefix: "tenant_cache", Dim: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Add(ctx, "ns", "x", []float32{1, 0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fake.mu.Lock()
+	_, ok := fake.colls["tenant_cache_d2"]
+	connects := fake.calls["Connect"]
+	fake.mu.Unlock()
+	if !ok || connects != 1 {
+		t.Fatalf("collection created: %v, Connect calls: %d", ok, connects)
+	}
+	// Remove before any Add on a fresh index with a known dimension reaches the server.
+	replica := func() *Index {
+		ix, err := New(newClient(t, addr), IndexOptions{Prefix: "tenant_cache", Dim: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ix
+	}
+	ix2, ix3 := replica(), replica()
+	if got, _ := ix3.Search(ctx, "ns", []float32{1, 0}, 5); len(got) != 1 || got[0].ID != "x" {
+		t.Fatalf("another replica sees %v, want x", got)
+	}
+	if err := ix2.Remove(ctx, "ns", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := ix3.Search(ctx, "ns", []float32{1, 0}, 5); len(got) != 0 {
+		t.Fatalf("after Remove from another replica: %v", got)
+	}
+}
