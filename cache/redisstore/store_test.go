@@ -416,3 +416,45 @@ func TestStoreReopen(t *testing.T) {
 		t.Fatal("Dial of a closed port succeeded")
 	}
 }
+
+// BenchmarkStoreGet is one Get of a 1 KiB entry with a 384-float vector.
+func BenchmarkStoreGet(b *testing.B) {
+	rdb, prefix := testClient(b)
+	s, err := New(rdb, Options{Prefix: prefix})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	e := sampleEntry("ns", "bench")
+	e.Response = make([]byte, 1024)
+	e.Vector = make([]float32, 384)
+	if err := s.Put(ctx, e); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := s.Get(ctx, "ns", "bench"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkStorePut is one Put (Lua script: hash, expiry, LRU set).
+func BenchmarkStorePut(b *testing.B) {
+	rdb, prefix := testClient(b)
+	s, err := New(rdb, Options{Prefix: prefix})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	e := sampleEntry("ns", "bench")
+	e.Response = make([]byte, 1024)
+	e.Vector = make([]float32, 384)
+	e.ExpiresAt = time.Now().Add(time.Hour)
+	b.ResetTimer()
+	for b.Loop() {
+		if err := s.Put(ctx, e); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
