@@ -383,9 +383,26 @@ func (t *Tokenizer) normalize(s string) string {
 		s = b.String()
 	}
 	if t.lowercase {
-		s = strings.ToLower(s)
+		s = lowerFull(s)
 	}
 	return s
+}
+
+// lowerFull lowercases rune by rune with Unicode's full mapping, as Rust's
+// char::to_lowercase (used by the tokenizers crate) does: the only
+// unconditional multi-rune lowercase mapping is U+0130 İ → "i\u0307";
+// there is no final-sigma rule, since each rune is mapped on its own.
+func lowerFull(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for _, r := range s {
+		if r == 0x130 {
+			b.WriteString("i\u0307")
+			continue
+		}
+		b.WriteRune(unicode.ToLower(r))
+	}
+	return b.String()
 }
 
 // preTokenize applies BertPreTokenizer: split on whitespace (dropped) and

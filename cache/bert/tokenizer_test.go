@@ -80,6 +80,11 @@ func TestTokenizerNoStripAccents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// İ lowercases to i + U+0307 (kept without accent stripping), Σ to σ at
+	// the end of a word too (no final-sigma rule).
+	if got := tok.normalize("İΣ"); got != "i\u0307σ" {
+		t.Fatalf("normalize(İΣ) = %q", got)
+	}
 	// é stays (lowercased É), so "café" is caf + é (é is a whole-word token, not ##é).
 	if got := strings.Join(tok.Tokens(tok.Encode("CAFÉ é", 64)), " "); got != "[CLS] [UNK] é [SEP]" {
 		t.Fatalf("got %q", got)
