@@ -56,8 +56,9 @@ type Config struct {
 	// plainly while speculation does not pay.
 	Adaptive bool
 	// VerifyCost is the cost of one extra token in a target forward,
-	// relative to a one-token target forward; 0 = 0.3 (CPU backend on the
-	// shipped pair; a GPU is far lower).
+	// relative to a one-token target forward; 0 = 1 on the CPU backend
+	// (compute-bound: `specgate bench-spec` measured 0.96 on the shipped
+	// pair) and 0.1 on other backends (memory-bound small batches).
 	VerifyCost float64
 	// DraftCost is the cost of one draft forward relative to a one-token
 	// target forward; 0 = the ratio of the two models' per-token FLOPs plus
@@ -112,9 +113,6 @@ func (c Config) withDefaults() (Config, error) {
 	if c.VerifyCost < 0 || c.VerifyCost > 10 || c.VerifyCost != c.VerifyCost {
 		return c, fmt.Errorf("%w: verify cost %v not in [0, 10]", ErrConfig, c.VerifyCost)
 	}
-	if c.VerifyCost == 0 {
-		c.VerifyCost = 0.3
-	}
 	if c.DraftCost < 0 || c.DraftCost > 10 || c.DraftCost != c.DraftCost {
 		return c, fmt.Errorf("%w: draft cost %v not in [0, 10]", ErrConfig, c.DraftCost)
 	}
@@ -144,6 +142,12 @@ func NewDraft(target, draft *engine.Model, cfg Config) (*Draft, error) {
 	}
 	if err := CheckVocab(target, draft); err != nil {
 		return nil, err
+	}
+	if c.VerifyCost == 0 {
+		c.VerifyCost = 0.1
+		if _, cpu := target.Backend().(*engine.CPUBackend); cpu {
+			c.VerifyCost = 1
+		}
 	}
 	if c.DraftCost == 0 {
 		c.DraftCost = flopsPerToken(draft.Config)/flopsPerToken(target.Config) + 0.05
