@@ -159,3 +159,37 @@ func TestCacheHeadersAndReplay(t *testing.T) {
 		t.Errorf("cache_hit outcomes = %v, want ≥ 3", hits)
 	}
 }
+
+// Identical concurrent streaming misses share one generation of the real
+// engine: the followers replay the leader's answer.
+func TestStreamSingleFlight(t *testing.T) {
+	lm := shippedModel(t)
+	g := &trackedGen{Generator: lm.Generator}
+	lm.Generator = g
+	ts := startServer(t, Options{Models: []*LocalModel{lm}, Cache: newTestCache(t)})
+	body := `{"model":"specgate-target","stream":true,"temperature":0,"max_tokens":40,"messages":[{"role":"user","content":"What does serendipity mean?"}]}`
+	const n = 4
+	replies := make(chan cacheReply, n)
+	for i := 0; i < n; i++ {
+		go func() { replies <- post(t, ts.URL+"/v1/chat/completions", "", body, nil) }()
+	}
+	var texts []string
+	for i := 0; i < n; i++ {
+		r := <-replies
+		if r.status != 200 || r.xcache != "MISS" {
+			t.Fatalf("reply %d: %d %q", i, r.status, r.xcache)
+		}
+		texts = append(texts, sseContent(t, r.body))
+	}
+	for _, tx := range texts[1:] {
+		if tx != texts[0] || tx == "" {
+			t.Errorf("shared replies differ: %q", texts)
+		}
+	}
+	g.mu.Lock()
+	calls := len(g.returned)
+	g.mu.Unlock()
+	if calls != 1 {
+		t.Errorf("%d concurrent identical streams ran %d generations, want 1", n, calls)
+	}
+}

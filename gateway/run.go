@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -233,6 +234,7 @@ func (s *Server) runLocal(c *fiber.Ctx, j *job, creq *cache.Request) error {
 		defer watch.stop()
 		return s.runJSON(c, ctx, rs)
 	}
+	var flight *streamFlight
 	if creq != nil {
 		l, err := s.cache.Get(ctx, creq)
 		if err != nil {
@@ -243,7 +245,29 @@ func (s *Server) runLocal(c *fiber.Ctx, j *job, creq *cache.Request) error {
 			watch.stop()
 			cancel(nil)
 			s.inflight.Done()
-			return s.replaySSE(c, rs, l)
+			return s.replaySSE(c, rs, l.Response, true)
+		}
+		if l.ID != "" {
+			// Cacheable miss: identical concurrent streams share one
+			// generation; followers replay the leader's answer.
+			key := l.Namespace + "\x00" + l.ID
+			var leader bool
+			if flight, leader = s.flights.join(key); !leader {
+				body, ok := flight.wait(ctx)
+				flight = nil
+				if ok {
+					watch.stop()
+					cancel(nil)
+					s.inflight.Done()
+					return s.replaySSE(c, rs, body, false)
+				}
+				if ctx.Err() != nil {
+					watch.stop()
+					s.inflight.Done()
+					return nil
+				}
+				// The leader failed or its client left: generate ourselves.
+			}
 		}
 	}
 	events := launch(ctx, j.model.Generator, j)
@@ -254,6 +278,7 @@ func (s *Server) runLocal(c *fiber.Ctx, j *job, creq *cache.Request) error {
 		}
 		watch.stop()
 		s.inflight.Done()
+		flight.finish(nil, false)
 		rs.finish(nil, "error", 0)
 		if errors.Is(first.err, ErrClientGone) {
 			return nil
@@ -276,11 +301,14 @@ func (s *Server) runLocal(c *fiber.Ctx, j *job, creq *cache.Request) error {
 		}
 		usage, outcome := st.end(context.Cause(ctx))
 		rs.finish(usage, outcome, ttft)
-		if outcome == "ok" && creq != nil && s.cache != nil {
-			body, _ := j.render(rs.id, rs.created, genOutcome{acc: st.acc, results: st.results})
-			if err := s.cache.Put(context.Background(), creq, body, float64(usage.CompletionTokens)); err != nil {
-				rs.log.Warn("cache store failed", "err", err)
-			}
+		if outcome != "ok" || creq == nil {
+			flight.finish(nil, false)
+			return
+		}
+		body, _ := j.render(rs.id, rs.created, genOutcome{acc: st.acc, results: st.results})
+		flight.finish(body, true)
+		if err := s.cache.Put(context.Background(), creq, body, float64(usage.CompletionTokens)); err != nil {
+			rs.log.Warn("cache store failed", "err", err)
 		}
 	})
 	return nil
@@ -419,4 +447,62 @@ func rewriteCached(body []byte, id string, created int64, hit bool) ([]byte, *Us
 		return body, u
 	}
 	return out, u
+}
+
+// streamFlights lets identical concurrent streaming misses share one
+// generation (cache.Do does the same for JSON requests, but a stream's
+// leader must stream while it generates).
+type streamFlights struct {
+	mu sync.Mutex
+	m  map[string]*streamFlight
+}
+
+// streamFlight is one shared generation. body is valid after done closes.
+type streamFlight struct {
+	fs   *streamFlights
+	key  string
+	done chan struct{}
+	once sync.Once
+	body []byte
+	ok   bool
+}
+
+// join returns the flight for key, creating it (leader = true) when none runs.
+func (f *streamFlights) join(key string) (*streamFlight, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m == nil {
+		f.m = map[string]*streamFlight{}
+	}
+	if fl, ok := f.m[key]; ok {
+		return fl, false
+	}
+	fl := &streamFlight{fs: f, key: key, done: make(chan struct{})}
+	f.m[key] = fl
+	return fl, true
+}
+
+// finish publishes the leader's response (ok = false: followers generate
+// themselves) and ends the flight. Safe on a nil flight and more than once.
+func (fl *streamFlight) finish(body []byte, ok bool) {
+	if fl == nil {
+		return
+	}
+	fl.once.Do(func() {
+		fl.fs.mu.Lock()
+		delete(fl.fs.m, fl.key)
+		fl.fs.mu.Unlock()
+		fl.body, fl.ok = body, ok
+		close(fl.done)
+	})
+}
+
+// wait blocks until the leader finished or ctx ends.
+func (fl *streamFlight) wait(ctx context.Context) ([]byte, bool) {
+	select {
+	case <-fl.done:
+		return fl.body, fl.ok
+	case <-ctx.Done():
+		return nil, false
+	}
 }

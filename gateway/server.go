@@ -109,6 +109,7 @@ type Server struct {
 	baseCtx  context.Context
 	abort    context.CancelFunc
 	inflight sync.WaitGroup
+	flights  streamFlights
 }
 
 type upstreamRoute struct {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 
-	"github.com/specgate/specgate/cache"
 	"github.com/specgate/specgate/engine"
 )
 
@@ -259,10 +258,11 @@ func (st *localStream) end(cause error) (*Usage, string) {
 	return usage, "ok"
 }
 
-// replaySSE serves a cache hit as a stream: per choice a role chunk, one
-// content chunk and a finish chunk, then the usage chunk when asked for.
-func (s *Server) replaySSE(c *fiber.Ctx, rs *runState, l cache.Lookup) error {
-	body, usage := rewriteCached(l.Response, rs.id, rs.created, true)
+// replaySSE serves a stored response as a stream (a cache hit, or the
+// answer of a shared generation): per choice a role chunk, one content
+// chunk and a finish chunk, then the usage chunk when asked for.
+func (s *Server) replaySSE(c *fiber.Ctx, rs *runState, stored []byte, hit bool) error {
+	body, usage := rewriteCached(stored, rs.id, rs.created, hit)
 	j := rs.j
 	var chunks []any
 	null := json.RawMessage(nil)
@@ -311,7 +311,11 @@ func (s *Server) replaySSE(c *fiber.Ctx, rs *runState, l cache.Lookup) error {
 				SystemFingerprint: systemFingerprint, Choices: []CompletionChoice{}, Usage: ub})
 		}
 	}
-	rs.finish(usage, "cache_hit", 0)
+	outcome := "cache_hit"
+	if !hit {
+		outcome = "shared"
+	}
+	rs.finish(usage, outcome, 0)
 	setSSEHeaders(c)
 	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
 		sw := &sseWriter{w: w}
