@@ -312,14 +312,10 @@ func buildCache(cfg *gateway.Config, reg prometheus.Registerer, log *slog.Logger
 		index = ix
 	case "milvus":
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		cli, err := milvusclient.New(ctx, &milvusclient.ClientConfig{Address: cc.Milvus.Addr})
+		ix, err := milvusstore.Dial(ctx, &milvusclient.ClientConfig{Address: cc.Milvus.Addr}, milvusstore.IndexOptions{Prefix: cc.Milvus.Collection, Dim: emb.Dim()})
 		cancel()
 		if err != nil {
 			return fail(fmt.Errorf("cache.milvus.addr %s: %w", cc.Milvus.Addr, err))
-		}
-		ix, err := milvusstore.New(cli, milvusstore.IndexOptions{Prefix: cc.Milvus.Collection, Dim: emb.Dim(), OwnClient: true})
-		if err != nil {
-			return fail(err)
 		}
 		closers = append(closers, func() { _ = ix.Close() })
 		index = ix
