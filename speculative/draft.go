@@ -97,6 +97,9 @@ func (d *Draft) Step(s *engine.SpecState) ([]int32, error) {
 		return s.PlainStep()
 	}
 	logits, err := s.ForwardTree(p.tree.Tokens, p.tree.Parents)
+	if errors.Is(err, engine.ErrKVExhausted) {
+		return s.PlainStep() // the tree does not fit in the target's KV now; one token may
+	}
 	if err != nil {
 		return nil, fmt.Errorf("speculative: target verification: %w", err)
 	}
