@@ -122,3 +122,37 @@ func maxDiff(a, b []float32) float64 {
 	}
 	return m
 }
+
+// TestKVExhaustedFallsBack: when the tree does not fit the target's KV, or
+// the draft's KV pool is full, Step decodes one plain token instead of failing.
+func TestKVExhaustedFallsBack(t *testing.T) {
+	small := engine.LoadOptions{KVTokens: 16, BlockSize: 4, Threads: 1, DisablePrefixCache: true}
+	big := engine.LoadOptions{KVTokens: 256, BlockSize: 4, Threads: 1, DisablePrefixCache: true}
+	prompt := []int32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
+	cases := []struct {
+		name          string
+		target, draft *engine.Model
+	}{
+		{"target full", engine.NewRandomModel(tinyConfig(), 5, small), engine.NewRandomModel(tinyConfig(), 77, big)},
+		{"draft full", engine.NewRandomModel(tinyConfig(), 5, big), engine.NewRandomModel(tinyConfig(), 77, engine.LoadOptions{KVTokens: 8, BlockSize: 4, Threads: 1})},
+	}
+	for _, c := range cases {
+		d, err := NewDraft(c.target, c.draft, Config{Method: MethodTree, K: 3, Branching: []int{3, 2}, Budget: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq := c.target.NewSequence()
+		if _, err := seq.Forward(prompt, nil, []int32{}); err != nil {
+			t.Fatal(err)
+		}
+		var stats engine.SpecStats
+		s := &engine.SpecState{Ctx: context.Background(), Target: c.target, Seq: seq, Prompt: prompt, Generated: []int32{3},
+			Pending: 3, Params: engine.SamplingParams{}, Rand: rand.New(rand.NewPCG(1, 1)), MaxNew: 10, Active: 1, Stats: &stats}
+		toks, err := d.Step(s)
+		if err != nil || len(toks) != 1 || stats.Proposed != 0 || seq.Len() != len(prompt)+1 {
+			t.Fatalf("%s: tokens %v, err %v, stats %+v, target KV %d tokens: want one plain token", c.name, toks, err, stats, seq.Len())
+		}
+		d.Release(s)
+		seq.Free()
+	}
+}
