@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -11,6 +13,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/specgate/specgate/cache"
+	"github.com/specgate/specgate/gateway"
 )
 
 // TestServeSIGTERM runs `specgate serve` in process with a config file,
@@ -83,5 +90,59 @@ func TestServeSIGTERM(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "data", "cache.db")); err != nil {
 		t.Errorf("default SQLite cache not created in data_dir: %v", err)
+	}
+}
+
+// TestBuildCacheRedis wires the cache section with Redis as store and index
+// (needs a Redis: .ci/redis.sh starts one) and checks that an entry written
+// through one cache is served by a second one built from the same config,
+// as two gateway replicas would.
+func TestBuildCacheRedis(t *testing.T) {
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err != nil {
+		t.Skipf("no Redis at %s: %v", addr, err)
+	} else {
+		c.Close()
+	}
+	cfg, err := gateway.ParseConfig([]byte(fmt.Sprintf("cache:\n  store: redis\n  index: redis\n  redis:\n    addr: %s\n", addr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	tenant := fmt.Sprintf("serve-test-%d", time.Now().UnixNano())
+	req := &cache.Request{Tenant: tenant, Model: "m", Messages: []cache.Message{{Role: "user", Content: "what does ephemeral mean"}}}
+	reg1 := prometheus.NewRegistry()
+	c1, _, close1, err := buildCache(cfg, reg1, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c1.Put(context.Background(), req, []byte(`{"answer":1}`), 3); err != nil {
+		t.Fatal(err)
+	}
+	close1()
+	c2, _, close2, err := buildCache(cfg, prometheus.NewRegistry(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer close2()
+	l, err := c2.Get(context.Background(), req)
+	if err != nil || !l.Hit || string(l.Response) != `{"answer":1}` {
+		t.Fatalf("second replica: %+v, %v", l, err)
+	}
+	para := *req
+	para.Messages = []cache.Message{{Role: "user", Content: "What does ephemeral mean?"}}
+	if l, err := c2.Get(context.Background(), &para); err != nil || !l.Hit {
+		t.Errorf("paraphrase on second replica: %+v, %v", l, err)
+	}
+	fams, _ := reg1.Gather()
+	found := false
+	for _, f := range fams {
+		found = found || f.GetName() == "specgate_cache_stores_total"
+	}
+	if !found {
+		t.Error("cache collectors not registered on the serve registry")
 	}
 }
