@@ -39,6 +39,21 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("%d %s", e.Status, e.Message)
 }
 
+// Unwrap lets callers test API errors against the sentinels:
+// model_not_found wraps ErrUnknownModel, other 400s wrap ErrInvalidParams,
+// 502/504 wrap ErrUpstream.
+func (e *APIError) Unwrap() error {
+	switch {
+	case e.Code == "model_not_found":
+		return ErrUnknownModel
+	case e.Status == 400:
+		return ErrInvalidParams
+	case e.Status == 502 || e.Status == 504:
+		return ErrUpstream
+	}
+	return nil
+}
+
 type errorBody struct {
 	Error errorFields `json:"error"`
 }

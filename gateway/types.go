@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"reflect"
 )
 
@@ -416,5 +415,3 @@ func present(r json.RawMessage) bool {
 	r = bytes.TrimSpace(r)
 	return len(r) > 0 && !bytes.Equal(r, []byte("null"))
 }
-
-func (r *ResponseFormat) String() string { return fmt.Sprintf("response_format.type=%q", r.Type) }

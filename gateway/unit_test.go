@@ -191,3 +191,14 @@ func TestSingleFlightLeaderDisconnect(t *testing.T) {
 		t.Errorf("generations = %d, want 2 (the shared one was cancelled with its leader)", calls)
 	}
 }
+
+func TestAPIErrorSentinels(t *testing.T) {
+	if !errors.Is(errModelNotFound("x"), ErrUnknownModel) || !errors.Is(errInvalid("n", "", "bad"), ErrInvalidParams) ||
+		errors.Is(errUnauthorized("no"), ErrInvalidParams) {
+		t.Error("APIError does not unwrap to the right sentinel")
+	}
+	b, _ := json.Marshal(errInvalid("", "invalid_json", "x"))
+	if string(b) != `{"error":{"message":"x","type":"invalid_request_error","param":null,"code":"invalid_json"}}` {
+		t.Errorf("error body %s", b)
+	}
+}
