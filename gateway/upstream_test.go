@@ -162,3 +162,48 @@ func TestUpstreamNoRetryAfterStreamStarted(t *testing.T) {
 		t.Errorf("got %d %q", r.status, r.body)
 	}
 }
+
+// A client that leaves an upstream stream cancels the upstream request.
+func TestUpstreamStreamClientDisconnect(t *testing.T) {
+	cancelled := make(chan time.Duration, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		start := time.Now()
+		for i := 0; i < 1000; i++ {
+			fmt.Fprintf(w, "data: {\"i\":%d}\n\n", i)
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				cancelled <- time.Since(start)
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		cancelled <- -1
+	}))
+	defer srv.Close()
+	ts := upstreamFront(t, srv.URL+"/v1", 0)
+	addr := strings.TrimPrefix(ts.URL, "http://")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"up-model","stream":true,"messages":[]}`
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	buf := make([]byte, 512)
+	if _, err := conn.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(30 * time.Millisecond)
+	closed := time.Now()
+	conn.Close()
+	select {
+	case d := <-cancelled:
+		if d < 0 {
+			t.Fatal("upstream stream ran to the end after the client left")
+		}
+		t.Logf("upstream request cancelled %v after the client closed", time.Since(closed))
+	case <-time.After(5 * time.Second):
+		t.Fatal("upstream request not cancelled 5s after the client closed")
+	}
+}
