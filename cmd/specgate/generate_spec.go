@@ -1,0 +1,43 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/speculative"
+)
+
+// `specgate generate --draft DIR --spec chain|tree|dynamic --spec-k N`:
+// speculative decoding with a draft model, acceptance figures at the end.
+func init() {
+	var draft, method string
+	var k int
+	registerGenerateExtension(generateExtension{
+		addFlags: func(fs *flag.FlagSet) {
+			fs.StringVar(&draft, "draft", "", "draft model directory (enables speculative decoding)")
+			fs.StringVar(&method, "spec", "chain", "speculation shape: chain | tree | dynamic")
+			fs.IntVar(&k, "spec-k", 0, "chain length / tree depth (0 = adaptive)")
+		},
+		build: func(target *engine.Model) (engine.Speculator, error) {
+			if draft == "" {
+				return nil, nil
+			}
+			return speculative.FromFlags(target, draft, method, k)
+		},
+		report: func(res engine.Result) string {
+			st := res.Spec
+			if st == nil || st.Steps == 0 {
+				return ""
+			}
+			s := fmt.Sprintf("[speculative %s: %d target steps, %d proposed, %d accepted",
+				method, st.Steps, st.Proposed, st.Accepted)
+			if st.Proposed > 0 {
+				s += fmt.Sprintf(", acceptance %.3f", float64(st.Accepted)/float64(st.Proposed))
+			}
+			// tokens per target step; the first token comes from the prefill
+			s += fmt.Sprintf(", τ %.2f tokens/step]", float64(res.CompletionTokens-1)/float64(st.Steps))
+			return s
+		},
+	})
+}
