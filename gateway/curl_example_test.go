@@ -15,19 +15,26 @@ import (
 )
 
 // exampleCommand returns the shell block after "<!-- curl-example -->" in
-// docs/api.md (the README's streaming example is the same text).
+// README.md, and checks that docs/api.md holds the very same block.
 func exampleCommand(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile("../docs/api.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	re := regexp.MustCompile("(?s)<!-- curl-example -->\\s*```sh\\n(.*?)```")
-	m := re.FindSubmatch(b)
-	if m == nil {
-		t.Fatal("docs/api.md has no curl-example block")
+	var blocks []string
+	for _, path := range []string{"../README.md", "../docs/api.md"} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := re.FindSubmatch(b)
+		if m == nil {
+			t.Fatalf("%s has no curl-example block", path)
+		}
+		blocks = append(blocks, string(m[1]))
 	}
-	return string(m[1])
+	if blocks[0] != blocks[1] {
+		t.Fatalf("README.md and docs/api.md curl examples differ:\n%s\n---\n%s", blocks[0], blocks[1])
+	}
+	return blocks[0]
 }
 
 // TestCurlExample runs the documented `curl -N` command as written against
