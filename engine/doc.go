@@ -17,7 +17,9 @@
 //     keyed by hash(salt, parent, tokens), LRU eviction of blocks nobody holds).
 //   - Sequence: one token sequence's block table and committed tokens;
 //     Forward appends a chain (committed at once) or a token tree (pending
-//     until KeepTree). Model.ForwardBatch forwards several sequences at once.
+//     until KeepTree; further tree Forwards append levels to it, their
+//     parents indexing the whole pending tree). Model.ForwardBatch forwards
+//     several sequences at once.
 //   - Sampler: Probs (penalties → temperature → top-k → top-p → min-p), the
 //     one distribution both plain decoding and speculative sampling use;
 //     Sample, SampleProbs, LogSoftmax, TopLogprobs; NewRand (seeded PCG).

@@ -21,9 +21,17 @@ type Sequence struct {
 	t      BlockTable
 	tokens []int32
 
-	// pending tree from the last Forward with parents (nil when none).
+	// pending tree, accumulated over the Forwards with parents since the
+	// last KeepTree (nil when none): tokens, parents (tree indices, -1 = the
+	// last committed token) and positions.
 	tree        []int32
 	treeParents []int32
+	treePos     []int32
+	// recordTree: keep a copy of a single-call tree forward's logits in
+	// treeLogits ([len(tree)][VocabSize]) for SpecState's logprobs (set by
+	// the engine on speculative requests' target sequences).
+	recordTree bool
+	treeLogits []float32
 
 	// prefix cache: hashes[b] is the key of committed full block b.
 	cacheOn bool
@@ -85,10 +93,17 @@ type BatchItem struct {
 // Forward appends tokens to the sequence and returns their logits
 // (row-major [rows][VocabSize], rows = LogitsRows or all tokens; owned by
 // the caller). With parents == nil the tokens form a chain and are committed.
-// With parents (see ForwardRequest.Parents; -1 = the last committed token)
-// they form a tree: token i gets position Len()+depth(i) and the tree stays
-// pending until KeepTree. Errors: ErrContextLength, ErrKVExhausted,
-// ErrTreePending; on error the sequence is unchanged.
+// With parents they form a token tree that stays pending until KeepTree:
+// parents[i] is the index of token i's parent in the pending tree (the
+// tokens of earlier tree forwards since the last KeepTree, then this call's
+// tokens 0..i-1), or -1 for the last committed token; parents[i] <
+// TreeLen()+i. Token i gets position Len()+depth(i) and attends to the
+// committed tokens, its ancestors and itself. So a tree can be grown one
+// level per call (a draft proposer forwards only each new depth level), and
+// the logits equal those of forwarding the whole tree at once. LogitsRows
+// index this call's tokens. Errors: ErrContextLength, ErrKVExhausted,
+// ErrTreePending (a chain while a tree is pending); on error the sequence is
+// unchanged.
 func (s *Sequence) Forward(tokens, parents, logitsRows []int32) ([]float32, error) {
 	it := []BatchItem{{Seq: s, Tokens: tokens, Parents: parents, LogitsRows: logitsRows}}
 	if err := s.m.ForwardBatch(it); err != nil {
@@ -97,11 +112,28 @@ func (s *Sequence) Forward(tokens, parents, logitsRows []int32) ([]float32, erro
 	return it[0].Logits, nil
 }
 
+// TreeLen is the number of tokens of the pending tree (0 when none). Their
+// KV occupies positions [Len(), Len()+TreeLen()) of the block table, in tree
+// index order.
+func (s *Sequence) TreeLen() int { return len(s.tree) }
+
+// itemPlan is how one BatchItem maps onto backend requests: one request,
+// or, when the item appends to a pending tree, one request per attachment
+// point in the pending tree (see treeRequests), whose logits rows are
+// scattered back into the item's order.
+type itemPlan struct {
+	reqs []*ForwardRequest
+	// scatter[r] lists, per logits row of reqs[r], the row of the item's
+	// Logits it belongs to (nil when reqs[r] writes the item's Logits directly).
+	scatter [][]int
+	pos     []int32 // positions of the new tokens
+}
+
 // ForwardBatch runs one batched backend forward over several sequences of
 // this model (each at most once), as Sequence.Forward does for one.
 func (m *Model) ForwardBatch(items []BatchItem) error {
 	V := m.Config.VocabSize
-	reqs := make([]*ForwardRequest, len(items))
+	plans := make([]itemPlan, len(items))
 	prepared := 0
 	rollback := func() {
 		for _, it := range items[:prepared] {
@@ -121,7 +153,7 @@ func (m *Model) ForwardBatch(items []BatchItem) error {
 			rollback()
 			return errFreed
 		}
-		if s.tree != nil {
+		if s.tree != nil && it.Parents == nil {
 			rollback()
 			return ErrTreePending
 		}
@@ -134,22 +166,26 @@ func (m *Model) ForwardBatch(items []BatchItem) error {
 			rollback()
 			return fmt.Errorf("engine: ForwardBatch: item %d: %d tokens, %d parents", i, n, len(it.Parents))
 		}
-		base := s.t.N
+		committed := len(s.tokens)
+		prior := len(s.tree) // pending tree tokens before this call
+		base := s.t.N        // committed + prior
 		pos := make([]int32, n)
 		for j := range n {
 			if it.Parents == nil {
 				pos[j] = int32(base + j)
 				continue
 			}
-			p := it.Parents[j]
-			if p < -1 || int(p) >= j {
+			p := int(it.Parents[j])
+			switch {
+			case p < -1 || p >= prior+j:
 				rollback()
-				return fmt.Errorf("engine: ForwardBatch: item %d: parent %d = %d not in [-1, %d)", i, j, p, j)
-			}
-			if p < 0 {
-				pos[j] = int32(base)
-			} else {
-				pos[j] = pos[p] + 1
+				return fmt.Errorf("engine: ForwardBatch: item %d: parent %d = %d not in [-1, %d)", i, j, p, prior+j)
+			case p < 0:
+				pos[j] = int32(committed)
+			case p < prior:
+				pos[j] = s.treePos[p] + 1
+			default:
+				pos[j] = pos[p-prior] + 1
 			}
 		}
 		maxPos := int(pos[n-1])
@@ -168,19 +204,36 @@ func (m *Model) ForwardBatch(items []BatchItem) error {
 		rows := n
 		if it.LogitsRows != nil {
 			rows = len(it.LogitsRows)
+			for j, r := range it.LogitsRows {
+				if r < 0 || int(r) >= n {
+					rollback()
+					return fmt.Errorf("engine: ForwardBatch: item %d: logits row %d = %d out of range [0, %d)", i, j, r, n)
+				}
+			}
 		}
 		if len(it.Logits) < rows*V {
 			it.Logits = make([]float32, rows*V)
 		}
-		reqs[i] = &ForwardRequest{
-			CachedSlots: m.kv.Slots(make([]int32, 0, base), &s.t, 0, base),
-			Tokens:      it.Tokens,
-			Positions:   pos,
-			Slots:       m.kv.Slots(make([]int32, 0, n), &s.t, base, base+n),
-			Parents:     it.Parents,
-			LogitsRows:  it.LogitsRows,
-			Logits:      it.Logits[:rows*V],
+		slots := m.kv.Slots(make([]int32, 0, n), &s.t, base, base+n)
+		plans[i].pos = pos
+		if prior == 0 {
+			plans[i].reqs = []*ForwardRequest{{
+				CachedSlots: m.kv.Slots(make([]int32, 0, base), &s.t, 0, base),
+				Tokens:      it.Tokens,
+				Positions:   pos,
+				Slots:       slots,
+				Parents:     it.Parents,
+				LogitsRows:  it.LogitsRows,
+				Logits:      it.Logits[:rows*V],
+			}}
+			plans[i].scatter = [][]int{nil}
+			continue
 		}
+		plans[i].reqs, plans[i].scatter = m.treeRequests(s, it, pos, slots)
+	}
+	var reqs []*ForwardRequest
+	for _, p := range plans {
+		reqs = append(reqs, p.reqs...)
 	}
 	if err := m.backend.Forward(reqs); err != nil {
 		rollback()
@@ -189,21 +242,105 @@ func (m *Model) ForwardBatch(items []BatchItem) error {
 	for i := range items {
 		it := &items[i]
 		s := it.Seq
+		for r, sc := range plans[i].scatter {
+			for k, row := range sc {
+				copy(it.Logits[row*V:(row+1)*V], plans[i].reqs[r].Logits[k*V:(k+1)*V])
+			}
+		}
+		s.t.N += len(it.Tokens)
 		if it.Parents == nil {
-			s.t.N += len(it.Tokens)
 			s.tokens = append(s.tokens, it.Tokens...)
 			s.offerBlocks()
+			continue
+		}
+		if s.tree == nil {
+			s.tree, s.treeParents, s.treePos = make([]int32, 0, len(it.Tokens)), make([]int32, 0, len(it.Tokens)), make([]int32, 0, len(it.Tokens))
+		}
+		s.tree = append(s.tree, it.Tokens...)
+		s.treeParents = append(s.treeParents, it.Parents...)
+		s.treePos = append(s.treePos, plans[i].pos...)
+		if s.recordTree && len(s.tree) == len(it.Tokens) && it.LogitsRows == nil {
+			s.treeLogits = append(s.treeLogits[:0], it.Logits[:len(it.Tokens)*V]...)
 		} else {
-			s.t.N += len(it.Tokens)
-			s.tree = append([]int32(nil), it.Tokens...)
-			s.treeParents = append([]int32(nil), it.Parents...)
+			s.treeLogits = s.treeLogits[:0]
 		}
 	}
 	return nil
 }
 
-// KeepTree resolves the pending tree of the last Forward: keep lists the
-// indices (into that forward's tokens) of the accepted path, root first;
+// treeRequests splits an item that appends to s's pending tree into backend
+// requests with the ForwardRequest contract (cached prefix, then a tree over
+// the new tokens). New tokens are grouped by their attachment point: the
+// nearest ancestor in the pending tree (or the last committed token). The
+// group's cached prefix is the committed tokens followed by the root path of
+// the attachment point, in position order, so every token attends to
+// exactly the keys, in the same order, that a single forward of the whole
+// tree gives it (bit-identical logits, the backend being batch-invariant).
+// pos and slots are the new tokens' positions and KV slots.
+func (m *Model) treeRequests(s *Sequence, it *BatchItem, pos, slots []int32) ([]*ForwardRequest, [][]int) {
+	V := m.Config.VocabSize
+	prior, committed := len(s.tree), len(s.tokens)
+	n := len(it.Tokens)
+	attach := make([]int, n)  // attachment point (pending tree index, -1 = last committed)
+	local := make([]int32, n) // index of the token inside its group
+	group := make([]int, n)
+	byAttach := map[int]int{}
+	var reqs []*ForwardRequest
+	for j := range n {
+		p := int(it.Parents[j])
+		var par int32 = -1
+		if p < prior {
+			attach[j] = p
+		} else {
+			attach[j] = attach[p-prior]
+			par = local[p-prior]
+		}
+		g, ok := byAttach[attach[j]]
+		if !ok {
+			g = len(reqs)
+			byAttach[attach[j]] = g
+			var path []int32 // slots of the attachment point's root path, root first
+			for a := attach[j]; a >= 0; a = int(s.treeParents[a]) {
+				path = append(path, m.kv.Slot(&s.t, committed+a))
+			}
+			cached := m.kv.Slots(make([]int32, 0, committed+len(path)), &s.t, 0, committed)
+			for k := len(path) - 1; k >= 0; k-- {
+				cached = append(cached, path[k])
+			}
+			reqs = append(reqs, &ForwardRequest{CachedSlots: cached, LogitsRows: []int32{}})
+		}
+		r := reqs[g]
+		group[j] = g
+		local[j] = int32(len(r.Tokens))
+		r.Tokens = append(r.Tokens, it.Tokens[j])
+		r.Positions = append(r.Positions, pos[j])
+		r.Slots = append(r.Slots, slots[j])
+		r.Parents = append(r.Parents, par)
+	}
+	scatter := make([][]int, len(reqs))
+	addRow := func(j, row int) {
+		g := group[j]
+		reqs[g].LogitsRows = append(reqs[g].LogitsRows, local[j])
+		scatter[g] = append(scatter[g], row)
+	}
+	if it.LogitsRows == nil {
+		for j := range n {
+			addRow(j, j)
+		}
+	} else {
+		for row, j := range it.LogitsRows {
+			addRow(int(j), row)
+		}
+	}
+	for g, r := range reqs {
+		r.Logits = make([]float32, len(scatter[g])*V)
+	}
+	return reqs, scatter
+}
+
+// KeepTree resolves the pending tree: keep lists the indices (into the
+// whole pending tree, i.e. the tokens of all tree Forwards since the last
+// KeepTree, in order) of the accepted path, root first;
 // keep[0]'s parent must be -1 and keep[j]'s parent keep[j-1]. Their KV moves
 // to positions Len(), Len()+1, ... and they are committed; the other tree
 // tokens are dropped and their blocks released. An empty keep drops the tree.
@@ -233,7 +370,8 @@ func (s *Sequence) KeepTree(keep []int) error {
 	for _, k := range keep {
 		s.tokens = append(s.tokens, s.tree[k])
 	}
-	s.tree, s.treeParents = nil, nil
+	s.tree, s.treeParents, s.treePos = nil, nil, nil
+	s.treeLogits = s.treeLogits[:0]
 	s.offerBlocks()
 	return nil
 }
@@ -244,7 +382,8 @@ func (s *Sequence) Truncate(n int) {
 		n = 0
 	}
 	n = min(n, len(s.tokens))
-	s.tree, s.treeParents = nil, nil
+	s.tree, s.treeParents, s.treePos = nil, nil, nil
+	s.treeLogits = s.treeLogits[:0]
 	s.t.N = len(s.tokens)
 	s.m.kv.Truncate(&s.t, n)
 	s.tokens = s.tokens[:n]
@@ -274,7 +413,7 @@ func (s *Sequence) Free() {
 	}
 	s.freed = true
 	s.m.kv.Free(&s.t)
-	s.tokens, s.tree, s.treeParents, s.hashes = nil, nil, nil, nil
+	s.tokens, s.tree, s.treeParents, s.treePos, s.treeLogits, s.hashes = nil, nil, nil, nil, nil, nil
 }
 
 // offerBlocks registers newly completed full blocks with the prefix cache.

@@ -85,8 +85,12 @@ func (s *SpecState) ForwardTree(tokens, parents []int32) ([]float32, error) {
 // TreeBatchItem is ForwardTree's forward as a BatchItem for
 // Model.ForwardBatch, so that several requests' trees verify in one target
 // forward: Tokens = Pending followed by tokens, parents shifted accordingly.
-// The item's Logits (after ForwardBatch) are ForwardTree's result.
+// The item's Logits (after ForwardBatch) are ForwardTree's result. Unlike
+// Sequence.Forward it does not append to a pending tree: ErrTreePending.
 func (s *SpecState) TreeBatchItem(tokens, parents []int32) (BatchItem, error) {
+	if s.Seq.TreeLen() > 0 {
+		return BatchItem{}, ErrTreePending
+	}
 	if len(parents) != len(tokens) {
 		return BatchItem{}, fmt.Errorf("engine: TreeBatchItem: %d tokens, %d parents", len(tokens), len(parents))
 	}
