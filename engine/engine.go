@@ -678,12 +678,22 @@ func (e *Engine) sampleInto(r *request, logits []float32) {
 	r.generated = append(r.generated, t)
 	e.generated.Add(1)
 	so := stepOut{toks: []int32{t}}
-	lp := LogSoftmax(logits)
-	so.logprobs = []float32{lp[t]}
-	if r.req.Sampling.Logprobs > 0 {
-		so.top = [][]TokenLogprob{TopLogprobs(lp, r.req.Sampling.Logprobs)}
-	}
+	r.addLogprobs(&so, logits)
 	r.out <- so
+}
+
+// addLogprobs fills so's logprobs (and top alternatives when asked) from
+// rows ([len(so.toks)][VocabSize]): row i is the target's logits that
+// predicted so.toks[i].
+func (r *request) addLogprobs(so *stepOut, rows []float32) {
+	V := len(rows) / len(so.toks)
+	for i, t := range so.toks {
+		lp := LogSoftmax(rows[i*V : (i+1)*V])
+		so.logprobs = append(so.logprobs, lp[t])
+		if r.req.Sampling.Logprobs > 0 {
+			so.top = append(so.top, TopLogprobs(lp, r.req.Sampling.Logprobs))
+		}
+	}
 }
 
 // specState refreshes a request's SpecState before a speculative step.
@@ -693,6 +703,8 @@ func (e *Engine) specState(r *request, active int) *SpecState {
 	}
 	st := r.state
 	st.Seq = r.seq
+	r.seq.recordTree = true // verification rows for logprobs (SpecState.KeepTree)
+	st.lpN = 0
 	st.Generated = r.generated
 	st.Pending = r.generated[len(r.generated)-1]
 	st.MaxNew = max(r.maxNew-len(r.generated), 1)
@@ -717,6 +729,12 @@ func (e *Engine) specDone(r *request, st *SpecState, toks []int32, err error) {
 		e.fail(r, fmt.Errorf("engine: speculator left the target KV at %d tokens, want %d", r.seq.Len(), want))
 		return
 	}
-	// logprobs under speculation are not reported (the speculator keeps no per-token rows).
-	r.out <- stepOut{toks: toks}
+	so := stepOut{toks: toks}
+	// logprobs come from the verification rows SpecState.KeepTree or
+	// PlainStep recorded; a speculator that bypasses both reports none.
+	if V := e.m.Config.VocabSize; st.lpN == len(toks) && len(st.lpRows) == st.lpN*V {
+		r.addLogprobs(&so, st.lpRows)
+	}
+	st.lpN = 0
+	r.out <- so
 }

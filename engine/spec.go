@@ -25,6 +25,10 @@ import (
 //     and s.Rand, so that a seed gives reproducible output.
 //   - Step adds its proposals to s.Stats.Proposed / Accepted; the engine
 //     counts s.Stats.Steps.
+//   - The chunk's logprobs (and top alternatives) come from the target's
+//     verification rows that s.KeepTree (or s.PlainStep) recorded, so they
+//     equal plain decoding's; a Step that resolves the tree through s.Seq
+//     directly gets no logprobs reported.
 //
 // A Step that wants plain decoding calls s.PlainStep.
 type Speculator interface {
@@ -67,13 +71,22 @@ type SpecState struct {
 	Stats  *SpecStats
 	// Data is the speculator's own per-request state (nil at the first Step).
 	Data any
+
+	// lpRows holds, after a KeepTree or PlainStep of this Step, the target
+	// logits rows ([lpN][VocabSize]) that predicted the tokens the Step
+	// returns (row 0 of the verification, then the rows of the kept path),
+	// so that the engine reports logprobs under speculation. lpN = 0: none.
+	lpRows []float32
+	lpN    int
 }
 
 // ForwardTree runs one target forward over Pending followed by tokens, a
 // tree whose parents index tokens (-1 = Pending). It returns logits
 // [1+len(tokens)][VocabSize]: row 0 predicts the token after Pending, row
 // i+1 the token after tokens[i]. The tree stays pending in s.Seq until
-// KeepTree. Owned by the caller.
+// KeepTree. Owned by the caller. On a speculative request of an Engine the
+// target sequence also keeps its own copy of the rows, from which KeepTree
+// takes the rows of the kept path for the chunk's logprobs.
 func (s *SpecState) ForwardTree(tokens, parents []int32) ([]float32, error) {
 	it, err := s.TreeBatchItem(tokens, parents)
 	if err != nil {
@@ -110,14 +123,41 @@ func (s *SpecState) TreeBatchItem(tokens, parents []int32) (BatchItem, error) {
 
 // KeepTree keeps Pending and the accepted path (indices into the tokens of
 // the last ForwardTree, root first; empty when nothing was accepted) in the
-// target KV and drops the rest of the tree.
+// target KV and drops the rest of the tree. It also records the
+// verification rows that predicted the accepted tokens and the token after
+// them (rows 0, path[0]+1, ...): the engine reports the Step's logprobs
+// from them.
 func (s *SpecState) KeepTree(path []int) error {
 	keep := make([]int, 0, 1+len(path))
 	keep = append(keep, 0)
 	for _, p := range path {
 		keep = append(keep, p+1)
 	}
-	return s.Seq.KeepTree(keep)
+	s.lpN = 0
+	V := s.Target.Config.VocabSize
+	rec := s.Seq.treeLogits
+	ok := len(rec) == s.Seq.TreeLen()*V && len(rec) > 0
+	if ok {
+		for _, k := range keep {
+			if k >= s.Seq.TreeLen() {
+				ok = false // Seq.KeepTree reports the bad path
+				break
+			}
+		}
+	}
+	if ok {
+		s.lpRows = s.lpRows[:0]
+		for _, k := range keep {
+			s.lpRows = append(s.lpRows, rec[k*V:(k+1)*V]...)
+		}
+	}
+	if err := s.Seq.KeepTree(keep); err != nil {
+		return err
+	}
+	if ok {
+		s.lpN = len(keep)
+	}
+	return nil
 }
 
 // Probs is the target sampling distribution for one logits row ([VocabSize])
@@ -138,5 +178,6 @@ func (s *SpecState) PlainStep() ([]int32, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.lpRows, s.lpN = logits, 1
 	return []int32{SampleProbs(s.Probs(logits, nil), s.Rand.Float64())}, nil
 }
