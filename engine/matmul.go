@@ -87,10 +87,28 @@ func matmulT(threads int, out, x, w []float32, T, in, outDim int) {
 	})
 }
 
-// dot is a float32 dot product with 4 lane accumulators (lane j sums the
+// dot is the float32 dot product of a and b[:len(a)]. With AVX2+FMA
+// (useAVX2) it is dotAVX2 over the first len&^7 elements plus the tail
+// products added in increasing k; otherwise dotGo. Either way one binary on
+// one machine always computes a given dot with the same operations, which
+// is what batch invariance needs.
+func dot(a, b []float32) float32 {
+	if useAVX2 && len(a) >= 8 {
+		b = b[:len(a)]
+		n := len(a) &^ 7
+		s := dotAVX2(&a[0], &b[0], n)
+		for i := n; i < len(a); i++ {
+			s += a[i] * b[i]
+		}
+		return s
+	}
+	return dotGo(a, b)
+}
+
+// dotGo is a float32 dot product with 4 lane accumulators (lane j sums the
 // products at k = j mod 4, in increasing k; the tail goes to lane 0), summed
 // as (l0+l1)+(l2+l3).
-func dot(a, b []float32) float32 {
+func dotGo(a, b []float32) float32 {
 	b = b[:len(a)]
 	var s0, s1, s2, s3 float32
 	for len(a) >= 4 && len(b) >= 4 {
@@ -110,6 +128,21 @@ func dot(a, b []float32) float32 {
 // dot2 computes dot(w, x0) and dot(w, x1) with exactly dot's order of
 // operations, reading w once.
 func dot2(w, x0, x1 []float32) (float32, float32) {
+	if useAVX2 && len(w) >= 8 {
+		x0, x1 = x0[:len(w)], x1[:len(w)]
+		n := len(w) &^ 7
+		a, b := dot2AVX2(&w[0], &x0[0], &x1[0], n)
+		for i := n; i < len(w); i++ {
+			a += w[i] * x0[i]
+			b += w[i] * x1[i]
+		}
+		return a, b
+	}
+	return dot2Go(w, x0, x1)
+}
+
+// dot2Go is dot2 with dotGo's order of operations.
+func dot2Go(w, x0, x1 []float32) (float32, float32) {
 	x0, x1 = x0[:len(w)], x1[:len(w)]
 	var a0, a1, a2, a3, b0, b1, b2, b3 float32
 	for len(w) >= 4 && len(x0) >= 4 && len(x1) >= 4 {
