@@ -6,18 +6,20 @@ package speculative
 // decisions.
 type controller struct {
 	acc      []float64 // acc[d-1] ≈ P(a node at depth d is accepted | depth d-1 was)
-	plainRun int       // consecutive plain steps chosen by plan
+	plainRun int       // consecutive plain steps chosen by plan since the last probe
+	interval int       // plain steps before the next probe (doubles after each probe, up to maxProbeEvery)
 }
 
 const (
-	ewmaWeight   = 0.15 // weight of the newest observation
-	priorAccept  = 0.6  // initial acc at every depth
-	probeEvery   = 8    // after this many plain steps, probe with depth 1
-	minGainRatio = 1.0  // speculate only when the expected gain exceeds plain decoding
+	ewmaWeight    = 0.15 // weight of the newest observation
+	priorAccept   = 0.6  // initial acc at every depth
+	probeEvery    = 8    // after this many plain steps, probe with depth 1 ...
+	maxProbeEvery = 128  // ... backing off exponentially up to this interval
+	minGainRatio  = 1.0  // speculate only when the expected gain exceeds plain decoding
 )
 
 func newController(maxDepth int) controller {
-	c := controller{acc: make([]float64, maxDepth)}
+	c := controller{acc: make([]float64, maxDepth), interval: probeEvery}
 	for i := range c.acc {
 		c.acc[i] = priorAccept
 	}
@@ -39,27 +41,37 @@ func (c *controller) expected(depth int) float64 {
 // cost, or 0 for a plain step. Costs, in one-token target forwards:
 // speculative step = 1 + verifyCost*nodes(depth) + draftCost*depth (depth
 // draft forwards); plain step of this request = its share of a batched
-// forward with active requests: (1 + verifyCost*(active-1))/active. While
-// plain decoding wins, every probeEvery-th step probes with depth 1 so the
-// estimate can recover.
+// forward with active requests: (1 + verifyCost*(active-1))/active. When
+// even a draft that is always right could not pay (E = 1 + depth), it
+// returns 0 without probing. Otherwise, while plain decoding wins, it probes
+// with depth 1 after probeEvery plain steps, then after twice as many, up to
+// maxProbeEvery, so the estimate can recover at a bounded cost.
 func (c *controller) plan(limit int, nodes func(int) int, verifyCost, draftCost float64, active int) int {
 	active = max(active, 1)
 	plain := (1 + verifyCost*float64(active-1)) / float64(active)
 	best, bestGain := 0, minGainRatio
+	canPay := false
 	for depth := 1; depth <= min(limit, len(c.acc)); depth++ {
 		cost := 1 + verifyCost*float64(nodes(depth)) + draftCost*float64(depth)
 		gain := c.expected(depth) * plain / cost
 		if gain > bestGain {
 			best, bestGain = depth, gain
 		}
+		if float64(1+depth)*plain/cost > minGainRatio {
+			canPay = true
+		}
 	}
 	if best > 0 {
-		c.plainRun = 0
+		c.plainRun, c.interval = 0, probeEvery
 		return best
 	}
+	if !canPay {
+		return 0
+	}
 	c.plainRun++
-	if c.plainRun >= probeEvery {
+	if c.plainRun >= c.interval {
 		c.plainRun = 0
+		c.interval = min(2*c.interval, maxProbeEvery)
 		return 1
 	}
 	return 0

@@ -26,19 +26,26 @@ func TestControllerPlan(t *testing.T) {
 	if d := c.plan(6, chainNodes, 1, 0.2, 32); d != 0 {
 		t.Errorf("load 32, verify cost 1: depth %d, want 0 (plain)", d)
 	}
-	// always rejected: plain decoding, probing with depth 1 every probeEvery steps.
+	// always rejected: plain decoding, probing with depth 1 after 8, 16, 32
+	// further plain steps (exponential back-off).
 	r := newController(6)
 	for range 50 {
 		r.update(1, 0)
 	}
-	var got []int
-	for range 2 * probeEvery {
-		got = append(got, r.plan(6, chainNodes, 0.3, 0.2, 1))
+	var probes []int
+	for i := range 60 {
+		if r.plan(6, chainNodes, 0.3, 0.2, 1) != 0 {
+			probes = append(probes, i)
+		}
 	}
-	want := make([]int, 2*probeEvery)
-	want[probeEvery-1], want[2*probeEvery-1] = 1, 1
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("rejecting draft: plans %v, want %v", got, want)
+	if got, want := fmt.Sprint(probes), fmt.Sprint([]int{probeEvery - 1, 3*probeEvery - 1, 7*probeEvery - 1}); got != want {
+		t.Errorf("rejecting draft: probes at steps %s, want %s", got, want)
+	}
+	// when even a perfect draft cannot pay (CPU: verify cost 1), never probe.
+	for i := range 200 {
+		if d := r.plan(6, chainNodes, 1, 0.24, 1); d != 0 {
+			t.Fatalf("verify cost 1: step %d speculates at depth %d", i, d)
+		}
 	}
 	// the estimate tracks a changed acceptance rate.
 	for range 40 {
