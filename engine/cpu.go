@@ -7,7 +7,11 @@ import (
 )
 
 // CPUBackend is the pure-Go float32 Llama forward. It owns the KV memory:
-// per layer, K and V of numSlots slots, each [NumKVHeads][HeadDim].
+// per layer, K and V of numSlots slots, each [NumKVHeads][HeadDim]. When
+// every matmul weight is exactly representable in binary16 (fp16
+// checkpoints) and the CPU has AVX2+FMA+F16C, it also keeps a binary16 copy
+// of those weights (half the float32 size) and streams that instead: same
+// results bit for bit, half the memory traffic per token.
 // Not safe for concurrent Forward calls (Model serializes them).
 type CPUBackend struct {
 	cfg      Config
@@ -16,12 +20,20 @@ type CPUBackend struct {
 	threads  int
 	k, v     [][]float32 // [layer][slot*KVDim + head*HeadDim + d]
 	invFreq  []float32   // [HeadDim/2]
+	layers   []cpuLayer
+	lmHead   wmat
 	scratch  cpuScratch
+}
+
+// cpuLayer is one layer's matmul weights as the matmul kernels read them.
+type cpuLayer struct {
+	q, k, v, o, gate, up, down wmat
 }
 
 type cpuScratch struct {
 	x, h, q, kk, vv, att, o, gate, up []float32
-	cos, sin                          []float32
+	cos, sin, hn, logits              []float32
+	toks, pos, slots                  []int32
 }
 
 var _ Backend = (*CPUBackend)(nil)
@@ -41,6 +53,7 @@ func NewCPUBackend(cfg Config, w *Weights, numSlots, threads int) (*CPUBackend, 
 		threads = runtime.GOMAXPROCS(0)
 	}
 	b := &CPUBackend{cfg: cfg, w: w, numSlots: numSlots, threads: threads, invFreq: RopeInvFreq(cfg)}
+	b.setWeights(true)
 	kvd := cfg.KVDim()
 	for range cfg.NumLayers {
 		b.k = append(b.k, make([]float32, numSlots*kvd))
@@ -48,6 +61,30 @@ func NewCPUBackend(cfg Config, w *Weights, numSlots, threads int) (*CPUBackend, 
 	}
 	return b, nil
 }
+
+// setWeights builds the matmul views of the weights; half asks for the
+// binary16 copies (used only if every matmul weight converts exactly).
+func (b *CPUBackend) setWeights(half bool) {
+	w := b.w
+	half = half && useAVX2 && hasF16C
+	if half {
+		for _, l := range w.Layers {
+			for _, m := range [][]float32{l.Wq, l.Wk, l.Wv, l.Wo, l.WGate, l.WUp, l.WDown} {
+				half = half && newWmatExact(m)
+			}
+		}
+		half = half && newWmatExact(w.LMHead)
+	}
+	b.layers = make([]cpuLayer, len(w.Layers))
+	for i, l := range w.Layers {
+		b.layers[i] = cpuLayer{q: newWmat(l.Wq, half), k: newWmat(l.Wk, half), v: newWmat(l.Wv, half), o: newWmat(l.Wo, half),
+			gate: newWmat(l.WGate, half), up: newWmat(l.WUp, half), down: newWmat(l.WDown, half)}
+	}
+	b.lmHead = newWmat(w.LMHead, half)
+}
+
+// HalfWeights reports whether the backend streams binary16 weight copies.
+func (b *CPUBackend) HalfWeights() bool { return b.lmHead.h != nil }
 
 // Close drops the KV memory.
 func (b *CPUBackend) Close() error {
@@ -248,14 +285,13 @@ func (b *CPUBackend) Forward(reqs []*ForwardRequest) error {
 	s.cos, s.sin = grow(s.cos, T*half), grow(s.sin, T*half)
 
 	// Flatten the batch: tokens, positions, slots.
-	toks := make([]int32, 0, T)
-	pos := make([]int32, 0, T)
-	slots := make([]int32, 0, T)
+	toks, pos, slots := s.toks[:0], s.pos[:0], s.slots[:0]
 	for _, r := range reqs {
 		toks = append(toks, r.Tokens...)
 		pos = append(pos, r.Positions...)
 		slots = append(slots, r.Slots...)
 	}
+	s.toks, s.pos, s.slots = toks, pos, slots
 	for t, id := range toks {
 		copy(s.x[t*H:(t+1)*H], b.w.Embed[int(id)*H:(int(id)+1)*H])
 	}
@@ -264,12 +300,11 @@ func (b *CPUBackend) Forward(reqs []*ForwardRequest) error {
 
 	for l := range cfg.NumLayers {
 		lw := &b.w.Layers[l]
+		cl := &b.layers[l]
 		for t := range T {
 			rmsNorm(s.h[t*H:(t+1)*H], s.x[t*H:(t+1)*H], lw.AttnNorm, cfg.RMSNormEps)
 		}
-		matmulT(b.threads, s.q, s.h, lw.Wq, T, H, Q)
-		matmulT(b.threads, s.kk, s.h, lw.Wk, T, H, KV)
-		matmulT(b.threads, s.vv, s.h, lw.Wv, T, H, KV)
+		matmulJobs(b.threads, s.h, T, H, mmJob{s.q, &cl.q, Q}, mmJob{s.kk, &cl.k, KV}, mmJob{s.vv, &cl.v, KV})
 		kc, vc := b.k[l], b.v[l]
 		for t := range T {
 			c, sn := s.cos[t*half:(t+1)*half], s.sin[t*half:(t+1)*half]
@@ -280,51 +315,58 @@ func (b *CPUBackend) Forward(reqs []*ForwardRequest) error {
 			copy(vc[o:o+KV], s.vv[t*KV:(t+1)*KV])
 		}
 		b.attention(attn, s.q, s.att, kc, vc)
-		matmulT(b.threads, s.o, s.att, lw.Wo, T, Q, H)
+		matmulJobs(b.threads, s.att, T, Q, mmJob{s.o, &cl.o, H})
 		for i := range s.x[:T*H] {
 			s.x[i] += s.o[i]
 		}
 		for t := range T {
 			rmsNorm(s.h[t*H:(t+1)*H], s.x[t*H:(t+1)*H], lw.MLPNorm, cfg.RMSNormEps)
 		}
-		matmulT(b.threads, s.gate, s.h, lw.WGate, T, H, I)
-		matmulT(b.threads, s.up, s.h, lw.WUp, T, H, I)
+		matmulJobs(b.threads, s.h, T, H, mmJob{s.gate, &cl.gate, I}, mmJob{s.up, &cl.up, I})
 		for i := range s.gate[:T*I] {
 			s.gate[i] = silu(s.gate[i]) * s.up[i]
 		}
-		matmulT(b.threads, s.o, s.gate, lw.WDown, T, I, H)
+		matmulJobs(b.threads, s.gate, T, I, mmJob{s.o, &cl.down, H})
 		for i := range s.x[:T*H] {
 			s.x[i] += s.o[i]
 		}
 	}
 
 	// Final norm and LM head on the requested rows only.
-	var rows []int // global token index of each logits row
-	off := 0
+	R := 0
+	for _, r := range reqs {
+		if r.LogitsRows == nil {
+			R += len(r.Tokens)
+		} else {
+			R += len(r.LogitsRows)
+		}
+	}
+	if R == 0 {
+		return nil
+	}
+	V := cfg.VocabSize
+	s.hn, s.logits = grow(s.hn, R*H), grow(s.logits, R*V)
+	hn := s.hn
+	i, off := 0, 0
 	for _, r := range reqs {
 		if r.LogitsRows == nil {
 			for j := range r.Tokens {
-				rows = append(rows, off+j)
+				t := off + j
+				rmsNorm(hn[i*H:(i+1)*H], s.x[t*H:(t+1)*H], b.w.Norm, cfg.RMSNormEps)
+				i++
 			}
 		} else {
 			for _, j := range r.LogitsRows {
-				rows = append(rows, off+int(j))
+				t := off + int(j)
+				rmsNorm(hn[i*H:(i+1)*H], s.x[t*H:(t+1)*H], b.w.Norm, cfg.RMSNormEps)
+				i++
 			}
 		}
 		off += len(r.Tokens)
 	}
-	if len(rows) == 0 {
-		return nil
-	}
-	R := len(rows)
-	hn := make([]float32, R*H)
-	for i, t := range rows {
-		rmsNorm(hn[i*H:(i+1)*H], s.x[t*H:(t+1)*H], b.w.Norm, cfg.RMSNormEps)
-	}
-	V := cfg.VocabSize
-	logits := make([]float32, R*V)
-	matmulT(b.threads, logits, hn, b.w.LMHead, R, H, V)
-	i := 0
+	logits := s.logits
+	matmulJobs(b.threads, hn, R, H, mmJob{logits, &b.lmHead, V})
+	i = 0
 	for _, r := range reqs {
 		n := len(r.Tokens)
 		if r.LogitsRows != nil {
@@ -404,12 +446,8 @@ func (b *CPUBackend) attention(p attnPlan, q, out, kc, vc []float32) {
 			inv := float32(1 / sum)
 			clear(acc)
 			for i, slot := range ks {
-				pw := sc[i] * inv
 				o := int(slot)*KV + g*HD
-				vv := vc[o : o+HD]
-				for d := range acc {
-					acc[d] += pw * vv[d]
-				}
+				axpy(acc, vc[o:o+HD], sc[i]*inv)
 			}
 			copy(out[t*NH*HD+h*HD:], acc)
 		}

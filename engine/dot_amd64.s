@@ -131,3 +131,165 @@ reduce:
 	VZEROUPPER
 	MOVSS X8, ret1+36(FP)
 	RET
+
+// func dotAVX2H(w *uint16, x *float32, n int) float32
+//
+// dotAVX2 with a = w widened from IEEE binary16 (VCVTPH2PS, exact): the
+// same operations on the same float32 values, half the bytes of w read.
+TEXT ·dotAVX2H(SB), NOSPLIT, $0-28
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ n+16(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+loop32:
+	CMPQ CX, $32
+	JL   loop8
+	VCVTPH2PS 0(SI), Y4
+	VCVTPH2PS 16(SI), Y5
+	VCVTPH2PS 32(SI), Y6
+	VCVTPH2PS 48(SI), Y7
+	VFMADD231PS 0(DI), Y4, Y0
+	VFMADD231PS 32(DI), Y5, Y1
+	VFMADD231PS 64(DI), Y6, Y2
+	VFMADD231PS 96(DI), Y7, Y3
+	ADDQ $64, SI
+	ADDQ $128, DI
+	SUBQ $32, CX
+	JMP  loop32
+
+loop8:
+	CMPQ CX, $8
+	JL   reduce
+	VCVTPH2PS 0(SI), Y4
+	VFMADD231PS 0(DI), Y4, Y0
+	ADDQ $16, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JMP  loop8
+
+reduce:
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X0
+	VMOVSHDUP X0, X1
+	VADDSS X1, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+24(FP)
+	RET
+
+// func dot2AVX2H(w *uint16, x0, x1 *float32, n int) (float32, float32)
+//
+// dot2AVX2 with w widened from binary16.
+TEXT ·dot2AVX2H(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ x0+8(FP), DI
+	MOVQ x1+16(FP), DX
+	MOVQ n+24(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+
+loop32:
+	CMPQ CX, $32
+	JL   loop8
+	VCVTPH2PS 0(SI), Y4
+	VCVTPH2PS 16(SI), Y5
+	VCVTPH2PS 32(SI), Y6
+	VCVTPH2PS 48(SI), Y7
+	VFMADD231PS 0(DI), Y4, Y0
+	VFMADD231PS 0(DX), Y4, Y8
+	VFMADD231PS 32(DI), Y5, Y1
+	VFMADD231PS 32(DX), Y5, Y9
+	VFMADD231PS 64(DI), Y6, Y2
+	VFMADD231PS 64(DX), Y6, Y10
+	VFMADD231PS 96(DI), Y7, Y3
+	VFMADD231PS 96(DX), Y7, Y11
+	ADDQ $64, SI
+	ADDQ $128, DI
+	ADDQ $128, DX
+	SUBQ $32, CX
+	JMP  loop32
+
+loop8:
+	CMPQ CX, $8
+	JL   reduce
+	VCVTPH2PS 0(SI), Y4
+	VFMADD231PS 0(DI), Y4, Y0
+	VFMADD231PS 0(DX), Y4, Y8
+	ADDQ $16, SI
+	ADDQ $32, DI
+	ADDQ $32, DX
+	SUBQ $8, CX
+	JMP  loop8
+
+reduce:
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X0
+	VMOVSHDUP X0, X1
+	VADDSS X1, X0, X0
+	MOVSS X0, ret+32(FP)
+
+	VADDPS Y9, Y8, Y8
+	VADDPS Y11, Y10, Y10
+	VADDPS Y10, Y8, Y8
+	VEXTRACTF128 $1, Y8, X9
+	VADDPS X9, X8, X8
+	VMOVHLPS X8, X8, X9
+	VADDPS X9, X8, X8
+	VMOVSHDUP X8, X9
+	VADDSS X9, X8, X8
+	VZEROUPPER
+	MOVSS X8, ret1+36(FP)
+	RET
+
+// func axpyAVX2(y, x *float32, a float32, n int)
+//
+// y[k] = fma(a, x[k], y[k]) for k in [0, n&^7); the caller does the tail.
+TEXT ·axpyAVX2(SB), NOSPLIT, $0-32
+	MOVQ y+0(FP), DI
+	MOVQ x+8(FP), SI
+	VBROADCASTSS a+16(FP), Y0
+	MOVQ n+24(FP), CX
+
+loop8:
+	CMPQ CX, $8
+	JL   done
+	VMOVUPS 0(DI), Y1
+	VFMADD231PS 0(SI), Y0, Y1
+	VMOVUPS Y1, 0(DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JMP  loop8
+
+done:
+	VZEROUPPER
+	RET
+
+// func cpuidF16C() bool
+TEXT ·cpuidF16C(SB), NOSPLIT, $0-1
+	MOVL $1, AX
+	XORL CX, CX
+	CPUID
+	SHRL $29, CX
+	ANDL $1, CX
+	MOVB CX, ret+0(FP)
+	RET

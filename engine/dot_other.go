@@ -2,9 +2,17 @@
 
 package engine
 
-// useAVX2 is false off amd64: the portable dot kernels run.
-var useAVX2 = false
+// Off amd64 the portable kernels run; the assembly entry points below are
+// never called (useAVX2 is false).
+var (
+	useAVX2 = false
+	hasF16C = false
+)
 
-func dotAVX2(a, b *float32, n int) float32 { panic("engine: dotAVX2 off amd64") }
-
-func dot2AVX2(w, x0, x1 *float32, n int) (float32, float32) { panic("engine: dot2AVX2 off amd64") }
+func dotAVX2(a, b *float32, n int) float32                  { panic("engine: no AVX2 kernels") }
+func dot2AVX2(w, x0, x1 *float32, n int) (float32, float32) { panic("engine: no AVX2 kernels") }
+func dotAVX2H(w *uint16, x *float32, n int) float32         { panic("engine: no AVX2 kernels") }
+func dot2AVX2H(w *uint16, x0, x1 *float32, n int) (float32, float32) {
+	panic("engine: no AVX2 kernels")
+}
+func axpyAVX2(y, x *float32, a float32, n int) { panic("engine: no AVX2 kernels") }

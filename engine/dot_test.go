@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/specgate/specgate/engine/safetensors"
 )
 
 // kernelPaths runs f with the portable kernels and, where the CPU has them,
@@ -77,4 +79,83 @@ func TestMatmulBatchInvariant(t *testing.T) {
 			}
 		}
 	})
+}
+
+// roundF16 rounds every weight to binary16 in place (so the half path applies).
+func roundF16(w *Weights) {
+	r := func(s []float32) {
+		for i, v := range s {
+			s[i] = safetensors.F16ToFloat32(safetensors.Float32ToF16(v))
+		}
+	}
+	r(w.Embed)
+	r(w.Norm)
+	if &w.LMHead[0] != &w.Embed[0] {
+		r(w.LMHead)
+	}
+	for _, l := range w.Layers {
+		for _, m := range [][]float32{l.AttnNorm, l.Wq, l.Wk, l.Wv, l.Wo, l.MLPNorm, l.WGate, l.WUp, l.WDown} {
+			r(m)
+		}
+	}
+}
+
+// TestHalfWeightsBitIdentical: with fp16-exact weights the backend streams
+// binary16 copies, and its logits (prefill and a tree) equal the float32
+// path's bit for bit; weights that are not fp16-exact keep float32.
+func TestHalfWeightsBitIdentical(t *testing.T) {
+	if !useAVX2 || !hasF16C {
+		t.Skip("no AVX2+FMA+F16C")
+	}
+	for name, cfg := range testConfigs() {
+		w := RandomWeights(cfg, 9)
+		if b, err := NewCPUBackend(cfg, w, 64, 2); err != nil || b.HalfWeights() {
+			t.Fatalf("%s: float32 random weights: half %v err %v", name, b != nil && b.HalfWeights(), err)
+		}
+		roundF16(w)
+		half, err := NewCPUBackend(cfg, w, 64, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		full, _ := NewCPUBackend(cfg, w, 64, 2)
+		full.setWeights(false)
+		if !half.HalfWeights() || full.HalfWeights() {
+			t.Fatalf("%s: half %v full %v", name, half.HalfWeights(), full.HalfWeights())
+		}
+		V := cfg.VocabSize
+		mk := func() []*ForwardRequest {
+			seq := func(lo, n int) []int32 {
+				s := make([]int32, n)
+				for i := range s {
+					s[i] = int32(lo + i)
+				}
+				return s
+			}
+			toks := []int32{1, 5, 9, 2, 7, 3, 11, 4, 6}
+			return []*ForwardRequest{
+				{Tokens: toks, Positions: seq(0, 9), Slots: seq(0, 9), Logits: make([]float32, 9*V)},
+				{CachedSlots: seq(0, 4), Tokens: []int32{8, 10, 12}, Positions: []int32{4, 5, 5}, Slots: seq(20, 3), Parents: []int32{-1, 0, -1}, Logits: make([]float32, 3*V)},
+			}
+		}
+		a, b := mk(), mk()
+		if err := half.Forward(a[:1]); err != nil {
+			t.Fatal(err)
+		}
+		if err := full.Forward(b[:1]); err != nil {
+			t.Fatal(err)
+		}
+		if err := half.Forward(a[1:]); err != nil {
+			t.Fatal(err)
+		}
+		if err := full.Forward(b[1:]); err != nil {
+			t.Fatal(err)
+		}
+		for r := range a {
+			for i := range a[r].Logits {
+				if a[r].Logits[i] != b[r].Logits[i] {
+					t.Fatalf("%s: request %d logit %d: half %v, float32 %v", name, r, i, a[r].Logits[i], b[r].Logits[i])
+				}
+			}
+		}
+	}
 }

@@ -1,13 +1,44 @@
 package engine
 
 import (
+	"math"
 	"runtime"
 	"sync"
+
+	"github.com/specgate/specgate/engine/safetensors"
 )
 
+// workers is the process-wide pool that runs parallelFor's chunks: a few
+// goroutines started once, parked on a channel between calls, so that the
+// ~40 fan-outs of a decode step do not each spawn goroutines.
+var workers struct {
+	once  sync.Once
+	tasks chan poolTask
+}
+
+type poolTask struct {
+	fn     func(lo, hi int)
+	lo, hi int
+	wg     *sync.WaitGroup
+}
+
+func startWorkers() {
+	n := max(runtime.GOMAXPROCS(0), 2)
+	workers.tasks = make(chan poolTask, 4*n)
+	for range n {
+		go func() {
+			for t := range workers.tasks {
+				t.fn(t.lo, t.hi)
+				t.wg.Done()
+			}
+		}()
+	}
+}
+
 // parallelFor runs fn over [0, n) split into at most threads contiguous
-// half-open chunks [lo, hi), each a multiple of align (except the last), on
-// separate goroutines, and waits for all of them.
+// half-open chunks [lo, hi), each a multiple of align (except the last),
+// the first on the calling goroutine and the others on the worker pool,
+// and waits for all of them. fn must not call parallelFor.
 func parallelFor(threads, n, align int, fn func(lo, hi int)) {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
@@ -19,16 +50,13 @@ func parallelFor(threads, n, align int, fn func(lo, hi int)) {
 		fn(0, n)
 		return
 	}
+	workers.once.Do(startWorkers)
 	chunk := (n + threads - 1) / threads
 	chunk = (chunk + align - 1) / align * align
 	var wg sync.WaitGroup
 	for lo := chunk; lo < n; lo += chunk {
-		hi := min(lo+chunk, n)
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(lo, hi)
-		}()
+		workers.tasks <- poolTask{fn: fn, lo: lo, hi: min(lo+chunk, n), wg: &wg}
 	}
 	fn(0, min(chunk, n))
 	wg.Wait()
@@ -41,50 +69,182 @@ const tokenTile = 64
 // rowBlock is the number of weight rows reused across a token tile.
 const rowBlock = 16
 
+// wmat is a weight matrix as the CPU matmul reads it: f32 is [out][in]
+// row-major (nn.Linear layout, aliasing Weights). h, when non-nil, holds the
+// same values as IEEE binary16; it is only built when every value converts
+// exactly, so a matmul over h is bit-identical to one over f32 while
+// streaming half the bytes (the shipped models are stored in fp16).
+type wmat struct {
+	f32 []float32
+	h   []uint16
+}
+
+// newWmat wraps w; with half it also builds the binary16 copy (the caller
+// has checked with newWmatExact that every value converts exactly).
+func newWmat(w []float32, half bool) wmat {
+	m := wmat{f32: w}
+	if half {
+		m.h = make([]uint16, len(w))
+		for i, v := range w {
+			m.h[i] = safetensors.Float32ToF16(v)
+		}
+	}
+	return m
+}
+
+// newWmatExact reports whether every value of w converts to binary16 exactly.
+func newWmatExact(w []float32) bool {
+	for _, v := range w {
+		if math.Float32bits(safetensors.F16ToFloat32(safetensors.Float32ToF16(v))) != math.Float32bits(v) || v != v {
+			return false
+		}
+	}
+	return true
+}
+
+// rowDot is dot(row o of w, x) for a matrix with in columns.
+func (w *wmat) rowDot(o, in int, x []float32) float32 {
+	if w.h != nil && useAVX2 {
+		return dotH(w.h[o*in:o*in+in], x)
+	}
+	return dot(w.f32[o*in:o*in+in], x)
+}
+
+// rowDot2 is rowDot for two activation rows, reading the weight row once.
+func (w *wmat) rowDot2(o, in int, x0, x1 []float32) (float32, float32) {
+	if w.h != nil && useAVX2 {
+		return dot2H(w.h[o*in:o*in+in], x0, x1)
+	}
+	return dot2(w.f32[o*in:o*in+in], x0, x1)
+}
+
+// mmJob is one matmul of a fused pass: out ([T][n]) = x · w^T, w [n][in].
+type mmJob struct {
+	out []float32
+	w   *wmat
+	n   int
+}
+
 // matmulT computes out[t][o] = sum_k x[t][k] * w[o][k] for t in [0, T),
 // o in [0, outDim): x is [T][in], w is [outDim][in] (nn.Linear layout), out
-// is [T][outDim], all row-major. Work is split over output rows across
-// threads; tokens are processed in tiles so that prefill is a GEMM that
-// reuses each weight row for 2 tokens at a time while the tile stays in cache.
+// is [T][outDim], all row-major. See matmulJobs.
+func matmulT(threads int, out, x, w []float32, T, in, outDim int) {
+	wm := wmat{f32: w}
+	matmulJobs(threads, x, T, in, mmJob{out: out, w: &wm, n: outDim})
+}
+
+// matmulJobs runs several matmuls that share the input x ([T][in]) as one
+// parallel pass (e.g. Q, K and V; gate and up): the output rows of all jobs
+// are split across threads as one range, so one fan-out serves them all.
+// Tokens are processed in tiles so that a block of weight rows, read from
+// memory once, stays in L1 while the tile's tokens (two at a time) stream
+// past it: a T-token forward reads the weights about once, not T times.
 //
 // Batch invariance: every output element is computed with the same sequence
-// of float32 operations (dot's 4-lane order) whatever T, the tile and the
-// thread split are, so a token's logits do not depend on what it is batched
-// with (speculative verification relies on this for exact greedy equality).
-func matmulT(threads int, out, x, w []float32, T, in, outDim int) {
-	_ = out[T*outDim-1]
+// of float32 operations (dot's order) whatever T, the tile, the fusion and
+// the thread split are, so a token's logits do not depend on what it is
+// batched with (speculative verification relies on this for exact greedy
+// equality).
+func matmulJobs(threads int, x []float32, T, in int, jobs ...mmJob) {
 	_ = x[T*in-1]
-	_ = w[outDim*in-1]
-	work := T * outDim * in
-	if work < 1<<15 {
+	N := 0
+	for _, j := range jobs {
+		_ = j.out[T*j.n-1]
+		if len(j.w.f32) < j.n*in {
+			panic("engine: matmul weight smaller than [out][in]")
+		}
+		N += j.n
+	}
+	if T*N*in < 1<<15 {
 		threads = 1
 	}
-	parallelFor(threads, outDim, 8, func(olo, ohi int) {
-		for t0 := 0; t0 < T; t0 += tokenTile {
-			t1 := min(t0+tokenTile, T)
-			// a block of weight rows stays in L1 while the token tile (in L2) streams past.
-			for ob := olo; ob < ohi; ob += rowBlock {
-				oe := min(ob+rowBlock, ohi)
-				t := t0
-				for ; t+2 <= t1; t += 2 {
-					x0 := x[t*in : t*in+in]
-					x1 := x[(t+1)*in : (t+1)*in+in]
-					r0 := out[t*outDim : (t+1)*outDim]
-					r1 := out[(t+1)*outDim : (t+2)*outDim]
-					for o := ob; o < oe; o++ {
-						r0[o], r1[o] = dot2(w[o*in:o*in+in], x0, x1)
-					}
+	parallelFor(threads, N, 8, func(lo, hi int) {
+		base := 0
+		for _, j := range jobs {
+			olo, ohi := max(lo-base, 0), min(hi-base, j.n)
+			base += j.n
+			if olo >= ohi {
+				continue
+			}
+			matmulRange(j.out, x, j.w, T, in, j.n, olo, ohi)
+		}
+	})
+}
+
+// matmulRange computes output rows [olo, ohi) of one matmul for all tokens.
+func matmulRange(out, x []float32, w *wmat, T, in, outDim, olo, ohi int) {
+	for t0 := 0; t0 < T; t0 += tokenTile {
+		t1 := min(t0+tokenTile, T)
+		for ob := olo; ob < ohi; ob += rowBlock {
+			oe := min(ob+rowBlock, ohi)
+			t := t0
+			for ; t+2 <= t1; t += 2 {
+				x0 := x[t*in : t*in+in]
+				x1 := x[(t+1)*in : (t+1)*in+in]
+				r0 := out[t*outDim : (t+1)*outDim]
+				r1 := out[(t+1)*outDim : (t+2)*outDim]
+				for o := ob; o < oe; o++ {
+					r0[o], r1[o] = w.rowDot2(o, in, x0, x1)
 				}
-				for ; t < t1; t++ {
-					xt := x[t*in : t*in+in]
-					rt := out[t*outDim : (t+1)*outDim]
-					for o := ob; o < oe; o++ {
-						rt[o] = dot(w[o*in:o*in+in], xt)
-					}
+			}
+			for ; t < t1; t++ {
+				xt := x[t*in : t*in+in]
+				rt := out[t*outDim : (t+1)*outDim]
+				for o := ob; o < oe; o++ {
+					rt[o] = w.rowDot(o, in, xt)
 				}
 			}
 		}
-	})
+	}
+}
+
+// dotH is dot with a given in binary16: the same operations on the same
+// (exactly widened) float32 values.
+func dotH(a []uint16, b []float32) float32 {
+	if len(a) < 8 {
+		f := make([]float32, len(a))
+		for i, v := range a {
+			f[i] = safetensors.F16ToFloat32(v)
+		}
+		return dot(f, b)
+	}
+	b = b[:len(a)]
+	n := len(a) &^ 7
+	s := dotAVX2H(&a[0], &b[0], n)
+	for i := n; i < len(a); i++ {
+		s += safetensors.F16ToFloat32(a[i]) * b[i]
+	}
+	return s
+}
+
+// dot2H is dot2 with w in binary16.
+func dot2H(w []uint16, x0, x1 []float32) (float32, float32) {
+	if len(w) < 8 {
+		return dotH(w, x0), dotH(w, x1)
+	}
+	x0, x1 = x0[:len(w)], x1[:len(w)]
+	n := len(w) &^ 7
+	a, b := dot2AVX2H(&w[0], &x0[0], &x1[0], n)
+	for i := n; i < len(w); i++ {
+		f := safetensors.F16ToFloat32(w[i])
+		a += f * x0[i]
+		b += f * x1[i]
+	}
+	return a, b
+}
+
+// axpy sets y[k] += a*x[k] for k in [0, len(y)) (fused multiply-add in the
+// AVX2 path, for the first len&^7 elements).
+func axpy(y, x []float32, a float32) {
+	x = x[:len(y)]
+	n := 0
+	if useAVX2 && len(y) >= 8 {
+		n = len(y) &^ 7
+		axpyAVX2(&y[0], &x[0], a, n)
+	}
+	for i := n; i < len(y); i++ {
+		y[i] += a * x[i]
+	}
 }
 
 // dot is the float32 dot product of a and b[:len(a)]. With AVX2+FMA

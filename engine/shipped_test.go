@@ -27,6 +27,9 @@ func TestShippedModelGenerate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
+	if cpu, ok := m.Backend().(*CPUBackend); ok && useAVX2 && hasF16C && !cpu.HalfWeights() {
+		t.Error("shipped fp16 target: CPU backend does not stream binary16 weights")
+	}
 	e := New(m, Options{})
 	defer e.Close()
 	msgs := []tokenizer.Message{{Role: "system", Content: "You are a helpful assistant that answers in one sentence about words and Go code."},
