@@ -90,6 +90,12 @@ func openLib(names ...string) (uintptr, string, error) {
 // sym is one resolved C function.
 type sym uintptr
 
+// call invokes the C function. Callers pass out-parameters as
+// uintptr(unsafe.Pointer(&v)) directly in the call: uintptrescapes moves
+// such v to the heap, so a stack growth during the call cannot leave the C
+// side writing to a stale stack copy (seen as results silently lost).
+//
+//go:uintptrescapes
 func (s sym) call(args ...uintptr) uintptr {
 	r, _, _ := purego.SyscallN(uintptr(s), args...)
 	return r
