@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -298,11 +299,24 @@ func runCacheWrk(wrk, script, url string, conns, threads int, d time.Duration) (
 	return r, x, err
 }
 
+// processCPU is this process's user+system CPU time so far (the gateway and
+// the cache; wrk is another process). On a shared machine CPU per request is
+// steadier than wall-clock latency.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 type cacheHTTPRow struct {
 	entries int
 	tier    string
 	fill    time.Duration
-	check   string // sample check: hits / sent, and served-intended-entry count
+	fillCPU time.Duration
+	cpuUS   float64 // gateway process CPU per request during the measurement, µs
+	check   string  // sample check: hits / sent, and served-intended-entry count
 	r       wrkResult
 	x       xcacheCounts
 }
@@ -372,8 +386,8 @@ func runBenchCacheHTTP(args []string) error {
 		rows = append(rows, rs...)
 	}
 	fmt.Println()
-	fmt.Println("| entries | fill | tier | sample check | conns | requests/s | p50 µs | p90 µs | p99 µs | errors | hit fraction (wrk) |")
-	fmt.Println("|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---|")
+	fmt.Println("| entries | fill (CPU) | tier | sample check | conns | requests/s | p50 µs | p90 µs | p99 µs | gateway CPU µs/req | errors | hit fraction (wrk) |")
+	fmt.Println("|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
 	for _, r := range rows {
 		t := r.x.total()
 		frac := "n/a"
@@ -385,8 +399,8 @@ func runBenchCacheHTTP(args []string) error {
 			frac = fmt.Sprintf("%.4f (%d exact, %d semantic, %d miss, %d other of %d)", float64(hits)/float64(t),
 				r.x.exact, r.x.semantic, r.x.miss, r.x.other, t)
 		}
-		fmt.Printf("| %d | %s | %s | %s | %d | %.0f | %.0f | %.0f | %.0f | %d | %s |\n", r.entries, r.fill.Round(100*time.Millisecond),
-			r.tier, r.check, *conns, r.r.rps(), r.r.p50, r.r.p90, r.r.p99, r.r.errors, frac)
+		fmt.Printf("| %d | %v (%v) | %s | %s | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %d | %s |\n", r.entries, r.fill.Round(100*time.Millisecond),
+			r.fillCPU.Round(100*time.Millisecond), r.tier, r.check, *conns, r.r.rps(), r.r.p50, r.r.p90, r.r.p99, r.cpuUS, r.r.errors, frac)
 	}
 	return nil
 }
@@ -432,10 +446,23 @@ func benchCacheHTTPSize(base *gateway.Config, models []*gateway.LocalModel, logg
 	// 2. Fill through the cache's API: workers each Put a strided share
 	// (embedding and SQLite writes run in parallel; HNSW inserts of one
 	// namespace serialize on the graph lock).
-	fmt.Printf("  %d entries: filling namespace %s ... ", n, ns)
-	start := time.Now()
+	fmt.Printf("  %d entries: filling namespace %s\n", n, ns)
+	start, cpu0 := time.Now(), processCPU()
 	var wg sync.WaitGroup
 	var fillErr atomic.Pointer[error]
+	var filled atomic.Int64
+	progress := time.NewTicker(30 * time.Second)
+	stopProgress := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-progress.C:
+				fmt.Printf("    %d/%d after %v\n", filled.Load(), n, time.Since(start).Round(time.Second))
+			case <-stopProgress:
+				return
+			}
+		}
+	}()
 	workers := max(2, runtime.GOMAXPROCS(0))
 	for w := range workers {
 		wg.Add(1)
@@ -449,21 +476,26 @@ func benchCacheHTTPSize(base *gateway.Config, models []*gateway.LocalModel, logg
 				if err := c.Put(context.Background(), &req, resp, float64(cost)); err != nil {
 					fillErr.Store(&err)
 				}
+				filled.Add(1)
 			}
 		}()
 	}
 	wg.Wait()
+	progress.Stop()
+	close(stopProgress)
 	if p := fillErr.Load(); p != nil {
 		return nil, fmt.Errorf("bench-cache-http: fill: %w", *p)
 	}
-	fill := time.Since(start)
+	fill, fillCPU := time.Since(start), processCPU()-cpu0
 	got := 0
 	for _, s := range c.Stats() {
 		if s.Namespace == ns {
 			got = s.Entries
 		}
 	}
-	fmt.Printf("%v (%.0f entries/s), %d entries in the namespace\n", fill.Round(100*time.Millisecond), float64(n)/fill.Seconds(), got)
+	fmt.Printf("  %d entries: filled in %v (%.0f entries/s; %v CPU, %.0f µs CPU per entry), %d entries in the namespace\n", n,
+		fill.Round(100*time.Millisecond), float64(n)/fill.Seconds(), fillCPU.Round(100*time.Millisecond),
+		float64(fillCPU.Microseconds())/float64(n), got)
 	if got != n {
 		return nil, fmt.Errorf("bench-cache-http: filled %d entries, namespace %s holds %d: %w", n, ns, got, errCacheHTTPNamespace)
 	}
@@ -532,13 +564,15 @@ func benchCacheHTTPSize(base *gateway.Config, models []*gateway.LocalModel, logg
 				return nil, err
 			}
 		}
+		cpu0 := processCPU()
 		r, x, err := runCacheWrk(wrk, script, url, conns, threads, dur)
 		if err != nil {
 			return nil, err
 		}
-		fmt.Printf("  %d entries, %s: %.0f requests/s, p50 %.0f µs, p99 %.0f µs, X-Cache %d exact / %d semantic / %d miss / %d other\n",
-			n, tier.name, r.rps(), r.p50, r.p99, x.exact, x.semantic, x.miss, x.other)
-		rows = append(rows, cacheHTTPRow{entries: n, tier: tier.name, fill: fill, check: check, r: r, x: x})
+		cpuUS := float64((processCPU() - cpu0).Microseconds()) / float64(max(r.requests, 1))
+		fmt.Printf("  %d entries, %s: %.0f requests/s, p50 %.0f µs, p99 %.0f µs, %.0f µs gateway CPU/request, X-Cache %d exact / %d semantic / %d miss / %d other\n",
+			n, tier.name, r.rps(), r.p50, r.p99, cpuUS, x.exact, x.semantic, x.miss, x.other)
+		rows = append(rows, cacheHTTPRow{entries: n, tier: tier.name, fill: fill, fillCPU: fillCPU, cpuUS: cpuUS, check: check, r: r, x: x})
 	}
 	return rows, nil
 }
