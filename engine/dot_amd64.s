@@ -293,3 +293,125 @@ TEXT ·cpuidF16C(SB), NOSPLIT, $0-1
 	ANDL $1, CX
 	MOVB CX, ret+0(FP)
 	RET
+
+// func dot4AVX512H(w *uint16, x *float32, stride, n int, out *float32)
+//
+// out[t] = dotAVX2H(w, x + t*stride, n) for t in [0, 4), bit for bit: each
+// zmm accumulator holds two of dotAVX2's 8-lane accumulators (Z0 = acc0|acc1,
+// Z1 = acc2|acc3 of token 0, ...), so every lane sees the same FMAs in the
+// same order; the tail chunks and the reduction run on the 8-lane halves
+// exactly as in dotAVX2. Each 32-element block of w is widened once for
+// the four tokens.
+TEXT ·dot4AVX512H(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ stride+16(FP), AX
+	SHLQ $2, AX
+	LEAQ (DI)(AX*1), DX
+	LEAQ (DX)(AX*1), R8
+	LEAQ (R8)(AX*1), R9
+	MOVQ n+24(FP), CX
+	MOVQ out+32(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+loop32:
+	CMPQ CX, $32
+	JL   split
+	VCVTPH2PS 0(SI), Z8
+	VCVTPH2PS 32(SI), Z9
+	VFMADD231PS 0(DI), Z8, Z0
+	VFMADD231PS 64(DI), Z9, Z1
+	VFMADD231PS 0(DX), Z8, Z2
+	VFMADD231PS 64(DX), Z9, Z3
+	VFMADD231PS 0(R8), Z8, Z4
+	VFMADD231PS 64(R8), Z9, Z5
+	VFMADD231PS 0(R9), Z8, Z6
+	VFMADD231PS 64(R9), Z9, Z7
+	ADDQ $64, SI
+	ADDQ $128, DI
+	ADDQ $128, DX
+	ADDQ $128, R8
+	ADDQ $128, R9
+	SUBQ $32, CX
+	JMP  loop32
+
+split:
+	// acc1 of each token out of the upper halves before 256-bit writes clear them.
+	VEXTRACTF64X4 $1, Z0, Y10
+	VEXTRACTF64X4 $1, Z2, Y11
+	VEXTRACTF64X4 $1, Z4, Y12
+	VEXTRACTF64X4 $1, Z6, Y13
+
+loop8:
+	CMPQ CX, $8
+	JL   reduce
+	VCVTPH2PS 0(SI), Y14
+	VFMADD231PS 0(DI), Y14, Y0
+	VFMADD231PS 0(DX), Y14, Y2
+	VFMADD231PS 0(R8), Y14, Y4
+	VFMADD231PS 0(R9), Y14, Y6
+	ADDQ $16, SI
+	ADDQ $32, DI
+	ADDQ $32, DX
+	ADDQ $32, R8
+	ADDQ $32, R9
+	SUBQ $8, CX
+	JMP  loop8
+
+reduce:
+	VEXTRACTF64X4 $1, Z1, Y15
+	VADDPS Y10, Y0, Y0
+	VADDPS Y15, Y1, Y1
+	VADDPS Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X14
+	VADDPS X14, X0, X0
+	VMOVHLPS X0, X0, X14
+	VADDPS X14, X0, X0
+	VMOVSHDUP X0, X14
+	VADDSS X14, X0, X0
+	MOVSS X0, 0(BX)
+
+	VEXTRACTF64X4 $1, Z3, Y15
+	VADDPS Y11, Y2, Y2
+	VADDPS Y15, Y3, Y3
+	VADDPS Y3, Y2, Y2
+	VEXTRACTF128 $1, Y2, X14
+	VADDPS X14, X2, X2
+	VMOVHLPS X2, X2, X14
+	VADDPS X14, X2, X2
+	VMOVSHDUP X2, X14
+	VADDSS X14, X2, X2
+	MOVSS X2, 4(BX)
+
+	VEXTRACTF64X4 $1, Z5, Y15
+	VADDPS Y12, Y4, Y4
+	VADDPS Y15, Y5, Y5
+	VADDPS Y5, Y4, Y4
+	VEXTRACTF128 $1, Y4, X14
+	VADDPS X14, X4, X4
+	VMOVHLPS X4, X4, X14
+	VADDPS X14, X4, X4
+	VMOVSHDUP X4, X14
+	VADDSS X14, X4, X4
+	MOVSS X4, 8(BX)
+
+	VEXTRACTF64X4 $1, Z7, Y15
+	VADDPS Y13, Y6, Y6
+	VADDPS Y15, Y7, Y7
+	VADDPS Y7, Y6, Y6
+	VEXTRACTF128 $1, Y6, X14
+	VADDPS X14, X6, X6
+	VMOVHLPS X6, X6, X14
+	VADDPS X14, X6, X6
+	VMOVSHDUP X6, X14
+	VADDSS X14, X6, X6
+	MOVSS X6, 12(BX)
+	VZEROUPPER
+	RET

@@ -5,8 +5,9 @@ package engine
 // Off amd64 the portable kernels run; the assembly entry points below are
 // never called (useAVX2 is false).
 var (
-	useAVX2 = false
-	hasF16C = false
+	useAVX2   = false
+	useAVX512 = false
+	hasF16C   = false
 )
 
 func dotAVX2(a, b *float32, n int) float32                  { panic("engine: no AVX2 kernels") }
@@ -16,3 +17,7 @@ func dot2AVX2H(w *uint16, x0, x1 *float32, n int) (float32, float32) {
 	panic("engine: no AVX2 kernels")
 }
 func axpyAVX2(y, x *float32, a float32, n int) { panic("engine: no AVX2 kernels") }
+
+func dot4AVX512H(w *uint16, x *float32, stride, n int, out *float32) {
+	panic("engine: no AVX-512 kernels")
+}

@@ -50,6 +50,37 @@ func TestDotKernels(t *testing.T) {
 	})
 }
 
+// TestDot4Half: the 4-token binary16 kernel equals dotH per token, bit for
+// bit, for every length up to 100.
+func TestDot4Half(t *testing.T) {
+	if !useAVX512 || !hasF16C {
+		t.Skip("no AVX-512F+F16C")
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	for n := range 101 {
+		wf := make([]float32, n)
+		wh := wmat{f32: wf, h: make([]uint16, n)}
+		for i := range wf {
+			wh.h[i] = safetensors.Float32ToF16(float32(r.NormFloat64()))
+			wf[i] = safetensors.F16ToFloat32(wh.h[i])
+		}
+		x := make([]float32, 4*n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64())
+		}
+		if n == 0 {
+			continue
+		}
+		var got [4]float32
+		wh.rowDot4(0, n, x, &got)
+		for tt := range 4 {
+			if want := dotH(wh.h, x[tt*n:(tt+1)*n]); got[tt] != want || want != dot(wf, x[tt*n:(tt+1)*n]) {
+				t.Fatalf("n=%d token %d: dot4 %v, dotH %v, dot %v", n, tt, got[tt], want, dot(wf, x[tt*n:(tt+1)*n]))
+			}
+		}
+	}
+}
+
 // TestMatmulBatchInvariant: every row of a T-token matmul equals, bit for
 // bit, the same token's 1-token matmul, for thread counts 1 and 3.
 func TestMatmulBatchInvariant(t *testing.T) {
@@ -64,15 +95,27 @@ func TestMatmulBatchInvariant(t *testing.T) {
 			for i := range w {
 				w[i] = float32(r.NormFloat64())
 			}
+			for i, v := range w {
+				w[i] = safetensors.F16ToFloat32(safetensors.Float32ToF16(v))
+			}
+			mats := map[string]wmat{"f32": newWmat(w, false)}
+			if hasF16C {
+				mats["f16"] = newWmat(w, true)
+			}
 			for _, threads := range []int{1, 3} {
-				y := make([]float32, T*out)
-				matmulT(threads, y, x, w, T, in, out)
-				for tt := range T {
-					y1 := make([]float32, out)
-					matmulT(threads, y1, x[tt*in:(tt+1)*in], w, 1, in, out)
-					for o := range out {
-						if y1[o] != y[tt*out+o] {
-							t.Fatalf("shape %v threads %d: token %d row %d: batched %v, alone %v", sh, threads, tt, o, y[tt*out+o], y1[o])
+				for name, wm := range mats {
+					y := make([]float32, T*out)
+					matmulJobs(threads, x, T, in, mmJob{y, &wm, out})
+					for tt := range T {
+						y1 := make([]float32, out)
+						matmulJobs(threads, x[tt*in:(tt+1)*in], 1, in, mmJob{y1, &wm, out})
+						for o := range out {
+							if y1[o] != y[tt*out+o] {
+								t.Fatalf("%s shape %v threads %d: token %d row %d: batched %v, alone %v", name, sh, threads, tt, o, y[tt*out+o], y1[o])
+							}
+							if want := dot(w[o*in:(o+1)*in], x[tt*in:(tt+1)*in]); y1[o] != want {
+								t.Fatalf("%s shape %v: token %d row %d: %v, dot %v", name, sh, tt, o, y1[o], want)
+							}
 						}
 					}
 				}

@@ -118,6 +118,27 @@ func (w *wmat) rowDot2(o, in int, x0, x1 []float32) (float32, float32) {
 	return dot2(w.f32[o*in:o*in+in], x0, x1)
 }
 
+// rowDot4 sets out[t] = rowDot(o, in, x[t*in:(t+1)*in]) for t in [0, 4),
+// bit for bit, widening the binary16 row once (w.h != nil, useAVX512).
+func (w *wmat) rowDot4(o, in int, x []float32, out *[4]float32) {
+	_ = x[4*in-1]
+	row := w.h[o*in : o*in+in]
+	if in < 8 {
+		for t := range 4 {
+			out[t] = dotH(row, x[t*in:(t+1)*in])
+		}
+		return
+	}
+	n := in &^ 7
+	dot4AVX512H(&row[0], &x[0], in, n, &out[0])
+	for i := n; i < in; i++ {
+		f := safetensors.F16ToFloat32(row[i])
+		for t := range 4 {
+			out[t] += f * x[t*in+i]
+		}
+	}
+}
+
 // mmJob is one matmul of a fused pass: out ([T][n]) = x · w^T, w [n][in].
 type mmJob struct {
 	out []float32
@@ -178,6 +199,19 @@ func matmulRange(out, x []float32, w *wmat, T, in, outDim, olo, ohi int) {
 		for ob := olo; ob < ohi; ob += rowBlock {
 			oe := min(ob+rowBlock, ohi)
 			t := t0
+			if w.h != nil && useAVX2 && useAVX512 {
+				var r4 [4]float32
+				for ; t+4 <= t1; t += 4 {
+					xs := x[t*in : (t+4)*in]
+					for o := ob; o < oe; o++ {
+						w.rowDot4(o, in, xs, &r4)
+						out[t*outDim+o] = r4[0]
+						out[(t+1)*outDim+o] = r4[1]
+						out[(t+2)*outDim+o] = r4[2]
+						out[(t+3)*outDim+o] = r4[3]
+					}
+				}
+			}
 			for ; t+2 <= t1; t += 2 {
 				x0 := x[t*in : t*in+in]
 				x1 := x[(t+1)*in : (t+1)*in+in]
