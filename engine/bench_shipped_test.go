@@ -95,3 +95,29 @@ func BenchmarkForwardN(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMatmulHalfT: the LM-head matmul of the shipped target's shape
+// (8192×384, binary16 weights: 6 MiB, more than L2) for T = 1, 2, 4, 8
+// tokens on GOMAXPROCS threads: with the weights streamed once per call,
+// cpu-ns/op grows with T only by the FMA work, not by weight traffic.
+func BenchmarkMatmulHalfT(b *testing.B) {
+	const in, out = 384, 8192
+	w := make([]float32, in*out)
+	for i := range w {
+		w[i] = float32(i%13-6) * 0.125
+	}
+	wm := newWmat(w, useAVX2 && hasF16C)
+	for _, T := range []int{1, 2, 4, 8} {
+		b.Run(fmt.Sprint(T), func(b *testing.B) {
+			x, y := make([]float32, T*in), make([]float32, T*out)
+			for i := range x {
+				x[i] = float32(i%5) * 0.25
+			}
+			c0 := cpuTime()
+			for b.Loop() {
+				matmulJobs(0, x, T, in, mmJob{y, &wm, out})
+			}
+			b.ReportMetric(float64(cpuTime()-c0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}

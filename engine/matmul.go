@@ -37,8 +37,9 @@ func startWorkers() {
 
 // parallelFor runs fn over [0, n) split into at most threads contiguous
 // half-open chunks [lo, hi), each a multiple of align (except the last),
-// the first on the calling goroutine and the others on the worker pool,
-// and waits for all of them. fn must not call parallelFor.
+// the first on the calling goroutine and the others on the worker pool
+// (the caller also runs queued chunks itself rather than idle), and waits
+// for all of them. fn must not call parallelFor.
 func parallelFor(threads, n, align int, fn func(lo, hi int)) {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
@@ -59,6 +60,18 @@ func parallelFor(threads, n, align int, fn func(lo, hi int)) {
 		workers.tasks <- poolTask{fn: fn, lo: lo, hi: min(lo+chunk, n), wg: &wg}
 	}
 	fn(0, min(chunk, n))
+	// run queued chunks (ours or another caller's) instead of waiting for a
+	// worker to be scheduled: on a busy machine that wake-up costs more
+	// than a small matmul chunk.
+	for done := false; !done; {
+		select {
+		case t := <-workers.tasks:
+			t.fn(t.lo, t.hi)
+			t.wg.Done()
+		default:
+			done = true
+		}
+	}
 	wg.Wait()
 }
 
