@@ -422,20 +422,26 @@ func (b *CPUBackend) attention(p attnPlan, q, out, kc, vc []float32) {
 	parallelFor(b.threads, T*NH, 1, func(lo, hi int) {
 		var sc []float32
 		acc := make([]float32, HD)
+		fast := useAVX2 && HD%8 == 0
 		for job := lo; job < hi; job++ {
 			t, h := job/NH, job%NH
 			g := h / group
 			ks := p.keys[t]
 			sc = grow(sc, len(ks))
 			qv := q[t*NH*HD+h*HD : t*NH*HD+(h+1)*HD]
-			mx := float32(math.Inf(-1))
-			for i, slot := range ks {
-				o := int(slot)*KV + g*HD
-				v := dot(qv, kc[o:o+HD]) * scale
-				sc[i] = v
-				if v > mx {
-					mx = v
+			if fast {
+				// the same dots as below, one kernel call per head
+				dotsAVX2(&qv[0], &kc[g*HD], &ks[0], len(ks), KV, HD, &sc[0])
+			} else {
+				for i, slot := range ks {
+					o := int(slot)*KV + g*HD
+					sc[i] = dot(qv, kc[o:o+HD])
 				}
+			}
+			mx := float32(math.Inf(-1))
+			for i := range sc {
+				sc[i] *= scale
+				mx = max(mx, sc[i])
 			}
 			var sum float64
 			for i, v := range sc {
@@ -444,10 +450,18 @@ func (b *CPUBackend) attention(p attnPlan, q, out, kc, vc []float32) {
 				sum += float64(e)
 			}
 			inv := float32(1 / sum)
+			for i := range sc {
+				sc[i] *= inv
+			}
 			clear(acc)
-			for i, slot := range ks {
-				o := int(slot)*KV + g*HD
-				axpy(acc, vc[o:o+HD], sc[i]*inv)
+			if fast {
+				// the same FMAs as len(ks) axpy calls, acc kept in registers
+				axpysAVX2(&acc[0], &vc[g*HD], &ks[0], &sc[0], len(ks), KV, HD)
+			} else {
+				for i, slot := range ks {
+					o := int(slot)*KV + g*HD
+					axpy(acc, vc[o:o+HD], sc[i])
+				}
 			}
 			copy(out[t*NH*HD+h*HD:], acc)
 		}

@@ -29,6 +29,12 @@ func dot2AVX2H(w *uint16, x0, x1 *float32, n int) (float32, float32)
 func dot4AVX512H(w *uint16, x *float32, stride, n int, out *float32)
 
 //go:noescape
+func dotsAVX2(q, base *float32, slots *int32, n, stride, hd int, out *float32)
+
+//go:noescape
+func axpysAVX2(acc, base *float32, slots *int32, w *float32, n, stride, hd int)
+
+//go:noescape
 func axpyAVX2(y, x *float32, a float32, n int)
 
 func cpuidF16C() bool

@@ -415,3 +415,153 @@ reduce:
 	MOVSS X6, 12(BX)
 	VZEROUPPER
 	RET
+
+// func dotsAVX2(q, base *float32, slots *int32, n, stride, hd int, out *float32)
+//
+// out[i] = dotAVX2(q, base + slots[i]*stride, hd) for i in [0, n); hd is a
+// multiple of 8 (the attention scores of one query head against n keys).
+TEXT ·dotsAVX2(SB), NOSPLIT, $0-56
+	MOVQ q+0(FP), R10
+	MOVQ base+8(FP), R11
+	MOVQ slots+16(FP), R12
+	MOVQ n+24(FP), R13
+	MOVQ stride+32(FP), R8
+	MOVQ hd+40(FP), R9
+	MOVQ out+48(FP), BX
+
+key:
+	TESTQ R13, R13
+	JEQ   end
+	MOVLQSX (R12), AX
+	IMULQ R8, AX
+	LEAQ  (R11)(AX*4), DI
+	MOVQ  R10, SI
+	MOVQ  R9, CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+loop32:
+	CMPQ CX, $32
+	JL   loop8
+	VMOVUPS 0(SI), Y4
+	VMOVUPS 32(SI), Y5
+	VMOVUPS 64(SI), Y6
+	VMOVUPS 96(SI), Y7
+	VFMADD231PS 0(DI), Y4, Y0
+	VFMADD231PS 32(DI), Y5, Y1
+	VFMADD231PS 64(DI), Y6, Y2
+	VFMADD231PS 96(DI), Y7, Y3
+	ADDQ $128, SI
+	ADDQ $128, DI
+	SUBQ $32, CX
+	JMP  loop32
+
+loop8:
+	CMPQ CX, $8
+	JL   reduce
+	VMOVUPS 0(SI), Y4
+	VFMADD231PS 0(DI), Y4, Y0
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JMP  loop8
+
+reduce:
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X0
+	VMOVSHDUP X0, X1
+	VADDSS X1, X0, X0
+	MOVSS X0, (BX)
+	ADDQ  $4, BX
+	ADDQ  $4, R12
+	DECQ  R13
+	JMP   key
+
+end:
+	VZEROUPPER
+	RET
+
+// func axpysAVX2(acc, base *float32, slots *int32, w *float32, n, stride, hd int)
+//
+// For i in [0, n), in order: acc[d] = fma(w[i], v_i[d], acc[d]) for d in
+// [0, hd), v_i = base + slots[i]*stride; hd is a multiple of 8. Each
+// element gets exactly the FMAs of n successive axpyAVX2 calls.
+TEXT ·axpysAVX2(SB), NOSPLIT, $0-56
+	MOVQ acc+0(FP), DI
+	MOVQ base+8(FP), R11
+	MOVQ slots+16(FP), R12
+	MOVQ w+24(FP), R10
+	MOVQ n+32(FP), R13
+	MOVQ stride+40(FP), BX
+	MOVQ hd+48(FP), R9
+	XORQ DX, DX // d offset in floats
+
+chunk32:
+	MOVQ R9, CX
+	SUBQ DX, CX
+	CMPQ CX, $32
+	JL   chunk8
+	VMOVUPS 0(DI)(DX*4), Y0
+	VMOVUPS 32(DI)(DX*4), Y1
+	VMOVUPS 64(DI)(DX*4), Y2
+	VMOVUPS 96(DI)(DX*4), Y3
+	XORQ R8, R8
+
+slot32:
+	CMPQ R8, R13
+	JGE  store32
+	MOVLQSX (R12)(R8*4), AX
+	IMULQ BX, AX
+	ADDQ  DX, AX
+	LEAQ  (R11)(AX*4), SI
+	VBROADCASTSS (R10)(R8*4), Y4
+	VFMADD231PS 0(SI), Y4, Y0
+	VFMADD231PS 32(SI), Y4, Y1
+	VFMADD231PS 64(SI), Y4, Y2
+	VFMADD231PS 96(SI), Y4, Y3
+	INCQ R8
+	JMP  slot32
+
+store32:
+	VMOVUPS Y0, 0(DI)(DX*4)
+	VMOVUPS Y1, 32(DI)(DX*4)
+	VMOVUPS Y2, 64(DI)(DX*4)
+	VMOVUPS Y3, 96(DI)(DX*4)
+	ADDQ $32, DX
+	JMP  chunk32
+
+chunk8:
+	CMPQ CX, $8
+	JL   end
+	VMOVUPS 0(DI)(DX*4), Y0
+	XORQ R8, R8
+
+slot8:
+	CMPQ R8, R13
+	JGE  store8
+	MOVLQSX (R12)(R8*4), AX
+	IMULQ BX, AX
+	ADDQ  DX, AX
+	LEAQ  (R11)(AX*4), SI
+	VBROADCASTSS (R10)(R8*4), Y4
+	VFMADD231PS 0(SI), Y4, Y0
+	INCQ R8
+	JMP  slot8
+
+store8:
+	VMOVUPS Y0, 0(DI)(DX*4)
+	ADDQ $8, DX
+	MOVQ R9, CX
+	SUBQ DX, CX
+	JMP  chunk8
+
+end:
+	VZEROUPPER
+	RET

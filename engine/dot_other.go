@@ -21,3 +21,11 @@ func axpyAVX2(y, x *float32, a float32, n int) { panic("engine: no AVX2 kernels"
 func dot4AVX512H(w *uint16, x *float32, stride, n int, out *float32) {
 	panic("engine: no AVX-512 kernels")
 }
+
+func dotsAVX2(q, base *float32, slots *int32, n, stride, hd int, out *float32) {
+	panic("engine: no AVX2 kernels")
+}
+
+func axpysAVX2(acc, base *float32, slots *int32, w *float32, n, stride, hd int) {
+	panic("engine: no AVX2 kernels")
+}

@@ -202,3 +202,48 @@ func TestHalfWeightsBitIdentical(t *testing.T) {
 		}
 	}
 }
+
+// TestAttentionKernels: the gathered score and value kernels equal, bit for
+// bit, per-key dot and axpy calls (head dims 8..96, multiples of 8).
+func TestAttentionKernels(t *testing.T) {
+	if !useAVX2 {
+		t.Skip("no AVX2+FMA")
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	for _, hd := range []int{8, 16, 24, 32, 40, 64, 96} {
+		stride, off := 3*hd, hd
+		kc := make([]float32, 50*stride)
+		for i := range kc {
+			kc[i] = float32(r.NormFloat64())
+		}
+		q := make([]float32, hd)
+		for i := range q {
+			q[i] = float32(r.NormFloat64())
+		}
+		slots := []int32{7, 3, 49, 0, 12, 12, 30}
+		w := make([]float32, len(slots))
+		for i := range w {
+			w[i] = float32(r.Float64())
+		}
+		got := make([]float32, len(slots))
+		dotsAVX2(&q[0], &kc[off], &slots[0], len(slots), stride, hd, &got[0])
+		acc, want := make([]float32, hd), make([]float32, hd)
+		for i := range acc {
+			acc[i] = float32(i) * 0.5
+			want[i] = acc[i]
+		}
+		axpysAVX2(&acc[0], &kc[off], &slots[0], &w[0], len(slots), stride, hd)
+		for i, s := range slots {
+			o := int(s)*stride + off
+			if d := dot(q, kc[o:o+hd]); got[i] != d {
+				t.Fatalf("hd %d key %d: dots %v, dot %v", hd, i, got[i], d)
+			}
+			axpy(want, kc[o:o+hd], w[i])
+		}
+		for d := range acc {
+			if acc[d] != want[d] {
+				t.Fatalf("hd %d: acc[%d] %v, axpy %v", hd, d, acc[d], want[d])
+			}
+		}
+	}
+}
