@@ -9,9 +9,13 @@
 //   - Backend (api.go): one batched forward over ForwardRequests, with the KV
 //     cache in backend memory addressed by slots. CPUBackend is the pure-Go
 //     float32 reference: HF's RMSNorm, RoPE (rotate_half; default, linear and
-//     llama3 inv_freq), GQA, SwiGLU; matmuls are cache-blocked, parallel over
-//     output rows, and batch-invariant (a token's logits do not depend on what
+//     llama3 inv_freq), GQA, SwiGLU; matmuls are cache-blocked (a T-token
+//     forward reads the weights once), parallel over output rows on a
+//     persistent worker pool, with AVX2/FMA (and AVX-512) kernels on amd64
+//     and binary16 weight streaming for fp16 checkpoints (bit-identical to
+//     float32), and batch-invariant (a token's logits do not depend on what
 //     it is batched with), which speculative verification relies on.
+//     Speed and verification-cost tables: docs/engine.md.
 //   - BlockManager: paged KV (fixed-size blocks, refcounts, copy-on-write
 //     forks, tree compaction with KeepTree) and the prefix cache (full blocks
 //     keyed by hash(salt, parent, tokens), LRU eviction of blocks nobody holds).
