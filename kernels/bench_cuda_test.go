@@ -66,12 +66,12 @@ func BenchmarkGemv(b *testing.B) {
 	}{{"qkv", GemvNorm, 2560, 2048}, {"o", GemvResid, 2048, 2048}, {"gateup", GemvSwiGLU, 11264, 2048},
 		{"down", GemvResid, 2048, 5632}, {"lmhead", GemvNorm, 32000, 2048}}
 	for _, s := range shapes {
-		for _, mp := range [][2]int{{1, 1}, {1, 0}, {4, 1}} {
-			M, pf := mp[0], mp[1] == 1
-			b.Run(fmt.Sprintf("%s-M%d-pf%v", s.name, M, pf), func(b *testing.B) {
-				GemvPrefetch = pf
-				defer func() { GemvPrefetch = true }()
+		for _, mp := range [][2]int{{1, 0}, {1, 1}, {4, 0}} {
+			M, pdl := mp[0], mp[1] == 1
+			b.Run(fmt.Sprintf("%s-M%d-pdl%v", s.name, M, pdl), func(b *testing.B) {
 				err := d.Do(func(c *Ctx) error {
+					prev := c.SetPDL(pdl) // consecutive calls overlap (tail + prologue hidden)
+					defer c.SetPDL(prev)
 					tb := fatalPanics{b} // Fatal must not run on the GPU worker
 					bytes := s.N * s.K * 2
 					copies := max(2, (400<<20)/bytes)

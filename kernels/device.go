@@ -61,6 +61,86 @@ type Device struct {
 	argp   [64]uintptr
 	pin    HostBuf // pinned staging for copies from and to Go memory
 	c      Ctx
+	pdl    bool       // launch PDL-aware kernels with programmatic stream serialization
+	lcfg   launchCfg  // cuLaunchKernelEx config (heap, stable address)
+	lattr  launchAttr // its one attribute
+}
+
+// launchCfg mirrors CUlaunchConfig (cuda.h, 64-bit): grid, block, shared
+// memory bytes, stream, attribute array and count.
+type launchCfg struct {
+	gridX, gridY, gridZ    uint32
+	blockX, blockY, blockZ uint32
+	smem                   uint32
+	_                      uint32
+	stream                 uintptr
+	attrs                  uintptr
+	numAttrs               uint32
+	_                      uint32
+}
+
+// launchAttr mirrors CUlaunchAttribute: a 4-byte id, 4 bytes of padding and
+// a 64-byte value union.
+type launchAttr struct {
+	id    uint32
+	_     uint32
+	value [8]uint64
+}
+
+// cuLaunchAttributeProgrammaticStreamSerialization is
+// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
+const cuLaunchAttributeProgrammaticStreamSerialization = 6
+
+// PDLEnv turns programmatic dependent launch off when set to "0".
+const PDLEnv = "SPECGATE_PDL"
+
+// PDLAvailable reports whether this device and driver can launch kernels
+// with programmatic dependent launch (compute capability 9.0+, cuLaunchKernelEx
+// present) and SPECGATE_PDL is not "0".
+func (c *Ctx) PDLAvailable() bool {
+	return c.d.Major >= 9 && cu.cuLaunchKernelEx != 0 && os.Getenv(PDLEnv) != "0"
+}
+
+// SetPDL makes the PDL-aware launchers (Gemv, GemvQKVRope, RopeAppend,
+// RopeAppendPerm, Attention, ArgmaxRows) launch with programmatic stream
+// serialization while on (ignored when PDLAvailable is false), and returns
+// the previous setting. Those kernels only read weights before waiting for
+// their predecessor, so this is safe after any kernel or copy.
+func (c *Ctx) SetPDL(on bool) bool {
+	prev := c.d.pdl
+	c.d.pdl = on && c.PDLAvailable()
+	return prev
+}
+
+// launchPDL is Launch, with programmatic stream serialization when SetPDL is on.
+func (c *Ctx) launchPDL(f Func, grid, block Dim3, smem int, args ...uint64) error {
+	d := c.d
+	if !d.pdl {
+		return c.Launch(f, grid, block, smem, args...)
+	}
+	if len(args) > len(d.args) {
+		return fmt.Errorf("launch: %d args: %w", len(args), ErrBadArg)
+	}
+	copy(d.args[:], args)
+	d.lattr = launchAttr{id: cuLaunchAttributeProgrammaticStreamSerialization}
+	d.lattr.value[0] = 1
+	d.lcfg = launchCfg{gridX: grid.X, gridY: max(grid.Y, 1), gridZ: max(grid.Z, 1),
+		blockX: block.X, blockY: max(block.Y, 1), blockZ: max(block.Z, 1), smem: uint32(smem),
+		stream: d.stream, attrs: uintptr(unsafe.Pointer(&d.lattr)), numAttrs: 1}
+	r := cu.cuLaunchKernelEx.call(uintptr(unsafe.Pointer(&d.lcfg)), uintptr(f), uintptr(unsafe.Pointer(&d.argp[0])), 0)
+	return cuErr(r, "cuLaunchKernelEx")
+}
+
+// launchByNamePDL is LaunchByName through launchPDL.
+func (c *Ctx) launchByNamePDL(name string, grid, block Dim3, smem int, args ...uint64) error {
+	f, err := c.Func(name)
+	if err != nil {
+		return err
+	}
+	if err := c.launchPDL(f, grid, block, smem, args...); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
 }
 
 // Ctx is the view of a Device inside Do: its methods run CUDA calls directly

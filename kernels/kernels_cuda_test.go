@@ -731,3 +731,107 @@ func TestCopyBandwidth(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestGemvQKVRope: the fused QKV GEMV + RoPE + KV append over the weight in
+// RopeRows order gives the same bits as GemvNorm over the standard weight
+// followed by RopeAppend (q, k, v rows and the cached k, v), and so does
+// GemvNorm over the permuted weight followed by RopeAppendPerm (the prefill
+// path). The fused launches run with programmatic dependent launch on where
+// the device has it.
+func TestGemvQKVRope(t *testing.T) {
+	d := testDevice(t)
+	r := rand.New(rand.NewPCG(rand.Uint64(), 3))
+	for _, sh := range []struct{ H, nh, nkv, hd int }{{264, 4, 2, 16}, {2048, 32, 4, 64}, {520, 6, 6, 128}, {48, 6, 1, 8}} {
+		for _, M := range []int{1, 3, 8} {
+			err := d.Do(func(c *Ctx) error {
+				t := fatalPanics{t}
+				H, nh, nkv, hd := sh.H, sh.nh, sh.nkv, sh.hd
+				N, kvdim, slots := (nh+2*nkv)*hd, nkv*hd, 64
+				W := randF16(r, N*H, 1/math.Sqrt(float64(H)))
+				perm := RopeRows(nh, nkv, hd)
+				Wp := make([]uint16, 0, N*H)
+				for _, row := range perm {
+					Wp = append(Wp, W[row*H:(row+1)*H]...)
+				}
+				X := randF32(r, M*H, 2)
+				nw := randF16(r, H, 1)
+				pos, sl := make([]int32, M), make([]int32, M)
+				for i := range pos {
+					pos[i] = int32(r.IntN(4000))
+					sl[i] = int32(i*7 + 3)
+				}
+				inv := make([]float32, hd/2)
+				for j := range inv {
+					inv[j] = float32(math.Pow(10000, -2*float64(j)/float64(hd)))
+				}
+				dW, dWp, dX, dnw := devBuf(t, c, W, 2), devBuf(t, c, Wp, 2), devBuf(t, c, X, 4), devBuf(t, c, nw, 2)
+				dpos, dsl, dinv := devBuf(t, c, pos, 4), devBuf(t, c, sl, 4), devBuf(t, c, inv, 4)
+				type out struct{ qkv, kc, vc DevicePtr }
+				mk := func() out {
+					return out{poisoned(t, c, M*N), poisoned(t, c, slots*kvdim), poisoned(t, c, slots*kvdim)}
+				}
+				ref, fused, pre := mk(), mk(), mk()
+				tmp := poisoned(t, c, M*N)
+				const eps = 1e-5
+				if err := c.Gemv(GemvNorm, dW, dX, 0, dnw, eps, ref.qkv, M, N, H); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.RopeAppend(ref.qkv, dpos, dsl, dinv, ref.kc, ref.vc, M, nh, nkv, hd); err != nil {
+					t.Fatal(err)
+				}
+				prev := c.SetPDL(true)
+				if err := c.GemvQKVRope(dWp, dX, 0, dnw, eps, fused.qkv, dpos, dsl, dinv, fused.kc, fused.vc, M, H, nh, nkv, hd); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Gemv(GemvNorm, dWp, dX, 0, dnw, eps, tmp, M, N, H); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.RopeAppendPerm(tmp, pre.qkv, dpos, dsl, dinv, pre.kc, pre.vc, M, nh, nkv, hd); err != nil {
+					t.Fatal(err)
+				}
+				c.SetPDL(prev)
+				get := func(p DevicePtr, n int) []float32 {
+					h := make([]float32, n)
+					if err := Download(c, h, p); err != nil {
+						t.Fatal(err)
+					}
+					return h
+				}
+				want := get(ref.qkv, M*N)
+				wk, wv := get(ref.kc, slots*kvdim), get(ref.vc, slots*kvdim)
+				for name, o := range map[string]out{"fused": fused, "rope_append_perm": pre} {
+					got := get(o.qkv, M*N)
+					for i := range want {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%s H=%d heads %d/%d hd %d M=%d: qkv[%d][%d] = %v, want %v", name, H, nh, nkv, hd, M, i/N, i%N, got[i], want[i])
+						}
+					}
+					gk, gv := get(o.kc, slots*kvdim), get(o.vc, slots*kvdim)
+					for m := 0; m < M; m++ {
+						for e := 0; e < kvdim; e++ {
+							i := int(sl[m])*kvdim + e
+							if math.Float32bits(gk[i]) != math.Float32bits(wk[i]) || math.Float32bits(gv[i]) != math.Float32bits(wv[i]) {
+								t.Fatalf("%s H=%d M=%d: cache slot %d elem %d: k %v v %v, want %v %v", name, H, M, sl[m], e, gk[i], gv[i], wk[i], wv[i])
+							}
+						}
+					}
+					for _, p := range []DevicePtr{o.qkv, o.kc, o.vc} {
+						c.Free(p)
+					}
+				}
+				for i, v := range want {
+					if math.IsNaN(float64(v)) {
+						t.Fatalf("reference qkv[%d] not written", i)
+					}
+				}
+				for _, p := range []DevicePtr{dW, dWp, dX, dnw, dpos, dsl, dinv, ref.qkv, ref.kc, ref.vc, tmp} {
+					c.Free(p)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

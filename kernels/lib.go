@@ -115,6 +115,7 @@ type libcuda struct {
 	cuGraphLaunch, cuGraphExecDestroy, cuGraphDestroy                    sym
 	cuEventCreate, cuEventRecord, cuEventSynchronize, cuEventElapsedTime sym
 	cuEventDestroy, cuGetErrorString, cuDriverGetVersion                 sym
+	cuLaunchKernelEx                                                     sym // optional (CUDA 12+): 0 when absent
 }
 
 type libnvrtc struct {
@@ -182,6 +183,9 @@ func loadLibs() error {
 		}); err != nil {
 			libsErr = err
 			return
+		}
+		if a, err := purego.Dlsym(h, "cuLaunchKernelEx"); err == nil && a != 0 {
+			cu.cuLaunchKernelEx = sym(a)
 		}
 		if err := loadNVRTC(); err != nil {
 			libsErr = err

@@ -68,29 +68,62 @@ extern "C" __global__ void embed_f16(const f16* __restrict__ table, const int* _
   for (int i = threadIdx.x; i < H; i += blockDim.x) out[i] = h2f(row[i]);
 }
 
+// Programmatic dependent launch (sm_90): a kernel launched with the PDL
+// attribute may start while its predecessor runs; pdl_wait blocks until the
+// predecessor has completed and its writes are visible, pdl_trigger lets the
+// successor launch. Everything a kernel does before pdl_wait must read only
+// data no earlier kernel writes (weights). No-ops without the attribute.
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // ---------------------------------------------------------------------------
 // GEMV for M <= 8 tokens: y[m][n] = sum_k W[n][k] * xin[m][k], fp16 W, fp32
 // x and accumulation. One warp per output unit; lanes read 16-byte chunks of
-// the row (coalesced), 4 chunks in flight. The inputs live in shared memory
-// (M*K floats, dynamic). The per-row sum order does not depend on M, so a
-// token's result is the same whichever batch it is in.
+// the row (coalesced), D chunks per row in flight (8 per lane in all). The
+// first unit's first chunks are loaded before pdl_wait, so the weight stream
+// overlaps the previous kernel's tail and this kernel's prologue. The inputs
+// live in shared memory (M*K floats, dynamic). Each lane sums its chunks in
+// increasing order whatever D, and the per-row sum order does not depend on
+// M, so a token's result is the same whichever batch it is in.
 //   NORM: xin = rmsnorm(x[xrow[m]]) * nw  (xrow may be null: row m)
 //   MODE 0: y[m][n] = dot; 1: y[m][n] += dot (residual);
 //   MODE 2: W rows interleaved (gate_j, up_j) = rows (2j, 2j+1):
 //           y[m][j] = silu(gate) * up, N counts W rows.
-// grid = ceil(units / upb), block 256, units = N (MODE 0/1) or N/2 (MODE 2).
+//   MODE 3: fused QKV + RoPE + KV append (see gemv_qkv_rope below); W rows
+//           of each q/k head are interleaved (j, j + hd/2) pairs, v rows in
+//           order; unit u = rows (2u, 2u+1).
+// grid = ceil(units / upb), block 256, units = N (MODE 0/1) or N/2 (MODE 2, 3).
+struct RopeArgs {
+  const int* pos;
+  const int* slots;
+  const float* inv_freq;
+  float* kc;
+  float* vc;
+  int nh, nkv, hd;
+};
+
 template <int M, int NORM, int MODE>
 __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, const int* __restrict__ xrow,
                      const f16* __restrict__ nw, float eps, float* __restrict__ Y, int N, int K, int upb,
-                     int prefetch) {
+                     int prefetch, RopeArgs ra) {
   extern __shared__ float4 smem4[];
   float* xs = (float*)smem4;
   __shared__ float red[32];
   __shared__ float scale[M];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
-  constexpr int R = MODE == 2 ? 2 : 1;
-  const int units = MODE == 2 ? N / 2 : N;
+  constexpr int R = MODE >= 2 ? 2 : 1;
+  constexpr int D = 8 / R;
+  const int units = MODE >= 2 ? N / 2 : N;
   const int u0 = blockIdx.x * upb, u1 = min(units, u0 + upb);
+  const int nvec = K >> 3;
   if (prefetch && u1 > u0) {
     // Start this block's weight rows towards L2 while the inputs load.
     const char* wb = (const char*)(W + (size_t)u0 * R * K);
@@ -98,6 +131,24 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
     for (size_t o = (size_t)tid * 128; o < bytes; o += (size_t)blockDim.x * 128)
       asm volatile("prefetch.global.L2 [%0];" ::"l"(wb + o));
   }
+  // Weights do not depend on earlier kernels: load the first chunks now.
+  uint4 q[R][D];
+  bool loaded = false;
+  {
+    const int u = u0 + warp;
+    if (u < u1) {
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        const uint4* wr = (const uint4*)(W + (size_t)(u * R + r) * K);
+#pragma unroll
+        for (int i = 0; i < D; i++)
+          if (lane + 32 * i < nvec) q[r][i] = ldg_stream(wr + lane + 32 * i);
+      }
+      loaded = true;
+    }
+  }
+  pdl_trigger();
+  pdl_wait();
 #pragma unroll
   for (int m = 0; m < M; m++) {
     const float* src = X + (size_t)(xrow ? xrow[m] : m) * K;
@@ -121,25 +172,26 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
     }
     __syncthreads();
   }
-  const int nvec = K >> 3;
   for (int u = u0 + warp; u < u1; u += nwarps) {
     float acc[R][M];
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
       for (int m = 0; m < M; m++) acc[r][m] = 0.f;
-    const uint4* wr[R];
+    for (int v = lane; v < nvec; v += 32 * D) {
+      if (!loaded) {
 #pragma unroll
-    for (int r = 0; r < R; r++) wr[r] = (const uint4*)(W + (size_t)(u * R + r) * K);
-    int v = lane;
-    for (; v + 96 < nvec; v += 128) {
-      uint4 q[R][4];
+        for (int r = 0; r < R; r++) {
+          const uint4* wr = (const uint4*)(W + (size_t)(u * R + r) * K);
 #pragma unroll
-      for (int r = 0; r < R; r++)
+          for (int i = 0; i < D; i++)
+            if (v + 32 * i < nvec) q[r][i] = ldg_stream(wr + v + 32 * i);
+        }
+      }
+      loaded = false;
 #pragma unroll
-        for (int i = 0; i < 4; i++) q[r][i] = ldg_stream(wr[r] + v + 32 * i);
-#pragma unroll
-      for (int i = 0; i < 4; i++) {
+      for (int i = 0; i < D; i++) {
+        if (v + 32 * i >= nvec) break;
         const int k = (v + 32 * i) * 8;
 #pragma unroll
         for (int m = 0; m < M; m++) {
@@ -155,29 +207,43 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
         }
       }
     }
-    for (; v < nvec; v += 32) {
-      uint4 q[R];
-#pragma unroll
-      for (int r = 0; r < R; r++) q[r] = ldg_stream(wr[r] + v);
-      const int k = v * 8;
-#pragma unroll
-      for (int m = 0; m < M; m++) {
-        float4 a = *(const float4*)(xs + m * K + k), b = *(const float4*)(xs + m * K + k + 4);
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-          float2 w0 = h2x2(q[r].x), w1 = h2x2(q[r].y), w2 = h2x2(q[r].z), w3 = h2x2(q[r].w);
-          float s = acc[r][m];
-          s = fmaf(w0.x, a.x, s); s = fmaf(w0.y, a.y, s); s = fmaf(w1.x, a.z, s); s = fmaf(w1.y, a.w, s);
-          s = fmaf(w2.x, b.x, s); s = fmaf(w2.y, b.y, s); s = fmaf(w3.x, b.z, s); s = fmaf(w3.y, b.w, s);
-          acc[r][m] = s;
-        }
-      }
-    }
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
       for (int m = 0; m < M; m++) acc[r][m] = warp_sum(acc[r][m]);
-    if (lane == 0) {
+    if (MODE == 3) {
+      // Lane m < M handles token m: rotate the (j, j+half) pair of a q/k
+      // head (HF rotate_half, same arithmetic as rope_append), store q and k
+      // at their standard positions in Y [M][N] and k, v at slot slots[m].
+      const int half = ra.hd >> 1, kvdim = ra.nkv * ra.hd, qdim = ra.nh * ra.hd;
+      const int ropeUnits = (ra.nh + ra.nkv) * half;
+#pragma unroll
+      for (int m = 0; m < M; m++) {
+        if (lane != m) continue;
+        float* row = Y + (size_t)m * N;
+        const size_t slot = (size_t)ra.slots[m];
+        if (u < ropeUnits) {
+          const int h = u / half, j = u - h * half;
+          float s, c;
+          sincosf((float)ra.pos[m] * ra.inv_freq[j], &s, &c);
+          const float x1 = acc[0][m], x2 = acc[1][m];
+          const float o1 = x1 * c - x2 * s, o2 = x2 * c + x1 * s;
+          row[h * ra.hd + j] = o1;
+          row[h * ra.hd + j + half] = o2;
+          if (h >= ra.nh) {
+            float* kd = ra.kc + slot * kvdim + (h - ra.nh) * ra.hd;
+            kd[j] = o1;
+            kd[j + half] = o2;
+          }
+        } else {
+          const int e = 2 * u - 2 * ropeUnits;  // index into v
+          row[qdim + kvdim + e] = acc[0][m];
+          row[qdim + kvdim + e + 1] = acc[1][m];
+          ra.vc[slot * kvdim + e] = acc[0][m];
+          ra.vc[slot * kvdim + e + 1] = acc[1][m];
+        }
+      }
+    } else if (lane == 0) {
 #pragma unroll
       for (int m = 0; m < M; m++) {
         if (MODE == 0) Y[(size_t)m * N + u] = acc[0][m];
@@ -191,22 +257,25 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
   }
 }
 
+#define GEMV_ARGS const f16 *W, const float *X, const int *xrow, const f16 *nw, float eps, float *Y, int N, int K, int upb, int pf
+#define NO_ROPE RopeArgs{0, 0, 0, 0, 0, 0, 0, 0}
 #define GEMV_INST(M)                                                                                        \
-  extern "C" __global__ void __launch_bounds__(256) gemv_norm_m##M(                                          \
-      const f16* W, const float* X, const int* xrow, const f16* nw, float eps, float* Y, int N, int K, int upb, int pf) { \
-    gemv<M, 1, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf);                                                       \
+  extern "C" __global__ void __launch_bounds__(256) gemv_norm_m##M(GEMV_ARGS) {                              \
+    gemv<M, 1, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE);                                           \
   }                                                                                                         \
-  extern "C" __global__ void __launch_bounds__(256) gemv_resid_m##M(                                         \
-      const f16* W, const float* X, const int* xrow, const f16* nw, float eps, float* Y, int N, int K, int upb, int pf) { \
-    gemv<M, 0, 1>(W, X, xrow, nw, eps, Y, N, K, upb, pf);                                                       \
+  extern "C" __global__ void __launch_bounds__(256) gemv_resid_m##M(GEMV_ARGS) {                             \
+    gemv<M, 0, 1>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE);                                           \
   }                                                                                                         \
-  extern "C" __global__ void __launch_bounds__(256) gemv_plain_m##M(                                         \
-      const f16* W, const float* X, const int* xrow, const f16* nw, float eps, float* Y, int N, int K, int upb, int pf) { \
-    gemv<M, 0, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf);                                                       \
+  extern "C" __global__ void __launch_bounds__(256) gemv_plain_m##M(GEMV_ARGS) {                             \
+    gemv<M, 0, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE);                                           \
   }                                                                                                         \
-  extern "C" __global__ void __launch_bounds__(256) gemv_swiglu_m##M(                                        \
-      const f16* W, const float* X, const int* xrow, const f16* nw, float eps, float* Y, int N, int K, int upb, int pf) { \
-    gemv<M, 1, 2>(W, X, xrow, nw, eps, Y, N, K, upb, pf);                                                       \
+  extern "C" __global__ void __launch_bounds__(256) gemv_swiglu_m##M(GEMV_ARGS) {                            \
+    gemv<M, 1, 2>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE);                                           \
+  }                                                                                                         \
+  extern "C" __global__ void __launch_bounds__(256) gemv_qkv_rope_m##M(                                      \
+      GEMV_ARGS, const int* pos, const int* slots, const float* inv_freq, float* kc, float* vc, int nh, int nkv, \
+      int hd) {                                                                                             \
+    gemv<M, 1, 3>(W, X, xrow, nw, eps, Y, N, K, upb, pf, RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd}); \
   }
 GEMV_INST(1)
 GEMV_INST(2)
@@ -266,6 +335,8 @@ extern "C" __global__ void fill_random_f16(f16* w, long long n, unsigned long lo
 extern "C" __global__ void rope_append(float* __restrict__ qkv, const int* __restrict__ pos,
                                        const int* __restrict__ slots, const float* __restrict__ inv_freq,
                                        float* __restrict__ kc, float* __restrict__ vc, int nh, int nkv, int hd) {
+  pdl_trigger();
+  pdl_wait();
   const int t = blockIdx.x, half = hd / 2, qdim = nh * hd, kvdim = nkv * hd;
   float* row = qkv + (size_t)t * (qdim + 2 * kvdim);
   const float p = (float)pos[t];
@@ -286,6 +357,46 @@ extern "C" __global__ void rope_append(float* __restrict__ qkv, const int* __res
     }
   }
   for (int i = threadIdx.x; i < kvdim; i += blockDim.x) vc[slot * kvdim + i] = row[qdim + kvdim + i];
+}
+
+// rope_append_perm: like rope_append, from src [T][qDim + 2*kvDim] in the
+// fused-QKV row order (q/k heads as interleaved (j, j+hd/2) pairs, v in
+// order; what a GEMM over the permuted weight gives) into qkv in the
+// standard order, plus k and v at slots[t]. grid T, block 128.
+extern "C" __global__ void rope_append_perm(const float* __restrict__ src, float* __restrict__ qkv,
+                                            const int* __restrict__ pos, const int* __restrict__ slots,
+                                            const float* __restrict__ inv_freq, float* __restrict__ kc,
+                                            float* __restrict__ vc, int nh, int nkv, int hd) {
+  pdl_trigger();
+  pdl_wait();
+  const int t = blockIdx.x, half = hd / 2, qdim = nh * hd, kvdim = nkv * hd, N = qdim + 2 * kvdim;
+  const int ropeUnits = (nh + nkv) * half;
+  const float* in = src + (size_t)t * N;
+  float* row = qkv + (size_t)t * N;
+  const float p = (float)pos[t];
+  const size_t slot = (size_t)slots[t];
+  for (int u = threadIdx.x; u < N / 2; u += blockDim.x) {
+    const float x1 = in[2 * u], x2 = in[2 * u + 1];
+    if (u < ropeUnits) {
+      const int h = u / half, j = u - h * half;
+      float s, c;
+      sincosf(p * inv_freq[j], &s, &c);
+      const float o1 = x1 * c - x2 * s, o2 = x2 * c + x1 * s;
+      row[h * hd + j] = o1;
+      row[h * hd + j + half] = o2;
+      if (h >= nh) {
+        float* kd = kc + slot * kvdim + (h - nh) * hd;
+        kd[j] = o1;
+        kd[j + half] = o2;
+      }
+    } else {
+      const int e = 2 * u - 2 * ropeUnits;
+      row[qdim + kvdim + e] = x1;
+      row[qdim + kvdim + e + 1] = x2;
+      vc[slot * kvdim + e] = x1;
+      vc[slot * kvdim + e + 1] = x2;
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -321,6 +432,8 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
   const int lane = tid & 31, w = tid >> 5, sub = lane / LPK, dl = lane - sub * LPK, pid = w * KPW + sub;
   const int kvdim = nkv * HD, qkvdim = nh * HD + 2 * kvdim;
   const int kvh = h / (nh / nkv);
+  pdl_trigger();
+  pdl_wait();
   for (int d = tid; d < HD; d += NT) qs[d] = qkv[(size_t)t * qkvdim + h * HD + d] * scale;
   const int off = kvoff[t], len = kvlen[t], nc = cached[t], mo = maskoff[t];
   const float* kbase = kc + kvh * HD;
@@ -461,6 +574,8 @@ extern "C" __global__ void kv_scatter(float* __restrict__ cache, const float* __
 extern "C" __global__ void argmax_rows(const float* __restrict__ logits, int* __restrict__ out, int V) {
   __shared__ float bv[32];
   __shared__ int bi[32];
+  pdl_trigger();
+  pdl_wait();
   const float* row = logits + (size_t)blockIdx.x * V;
   float best = NEG_INF;
   int idx = 0x7fffffff;

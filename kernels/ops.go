@@ -59,26 +59,93 @@ func (c *Ctx) Gemv(kind GemvKind, W, X, xrow, nw DevicePtr, eps float32, Y Devic
 		return err
 	}
 	smem := GemvSmem(M, K)
-	if smem > 48<<10 {
-		key := name + "#smem"
-		if prev, ok := c.d.funcs[key]; !ok || int(prev) < smem {
-			if err := c.SetMaxDynamicSmem(f, smem); err != nil {
-				return fmt.Errorf("%s: %d bytes of shared memory: %w", name, smem, err)
-			}
-			c.d.funcs[key] = Func(smem)
-		}
+	if err := c.gemvSmemAttr(name, f, smem); err != nil {
+		return err
 	}
 	units := N
 	if kind == GemvSwiGLU {
 		units = N / 2
 	}
-	// Units per block: enough blocks for ~4 waves of the SMs, at least 8 per block.
-	sms := max(c.d.SMs, 1)
-	upb := max(8, (units+sms*4-1)/(sms*4))
-	upb = (upb + 7) / 8 * 8
-	grid := (units + upb - 1) / upb
-	return c.Launch(f, Dim3{uint32(grid), 1, 1}, Dim3{256, 1, 1}, smem,
+	grid, upb := c.gemvGrid(units)
+	return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{256, 1, 1}, smem,
 		P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), I(upb), I(b2i(GemvPrefetch)))
+}
+
+// gemvGrid picks units per block (enough blocks for ~4 waves of the SMs, a
+// multiple of 8 and at least 8) and the grid size.
+func (c *Ctx) gemvGrid(units int) (grid, upb int) {
+	sms := max(c.d.SMs, 1)
+	upb = max(8, (units+sms*4-1)/(sms*4))
+	upb = (upb + 7) / 8 * 8
+	return (units + upb - 1) / upb, upb
+}
+
+// gemvSmemAttr raises f's dynamic shared-memory limit to smem when needed.
+func (c *Ctx) gemvSmemAttr(name string, f Func, smem int) error {
+	if smem <= 48<<10 {
+		return nil
+	}
+	key := name + "#smem"
+	if prev, ok := c.d.funcs[key]; !ok || int(prev) < smem {
+		if err := c.SetMaxDynamicSmem(f, smem); err != nil {
+			return fmt.Errorf("%s: %d bytes of shared memory: %w", name, smem, err)
+		}
+		c.d.funcs[key] = Func(smem)
+	}
+	return nil
+}
+
+// RopeRows is the fused-QKV weight row order GemvQKVRope and RopeAppendPerm
+// expect: entry i is the row of the standard [q heads | k heads | v] matrix
+// (nh+2nkv)*hd rows) stored at row i. Within each q and k head, rows j and
+// j+hd/2 are adjacent (row 2u, 2u+1 of the head = j, j+hd/2 for u = j); v
+// rows keep their order.
+func RopeRows(nh, nkv, hd int) []int {
+	half := hd / 2
+	rows := make([]int, 0, (nh+2*nkv)*hd)
+	for h := 0; h < nh+nkv; h++ {
+		for j := 0; j < half; j++ {
+			rows = append(rows, h*hd+j, h*hd+j+half)
+		}
+	}
+	for e := (nh + nkv) * hd; e < (nh+2*nkv)*hd; e++ {
+		rows = append(rows, e)
+	}
+	return rows
+}
+
+// GemvQKVRope is the fused attention input step for M (1..GemvMaxM)
+// tokens: qkv [M][(nh+2nkv)*hd] = Wp · (rmsnorm(X[xrow[m] or m]) * nw) with
+// Wp the fused QKV weight in RopeRows order, written in the standard order
+// with q and k rotated at pos[m] (invFreq fp32 [hd/2]), and k, v of token m
+// stored at slot slots[m] of one layer's caches kc, vc [slots][nkv*hd].
+// Same bits as Gemv(GemvNorm) on the standard weight followed by RopeAppend.
+func (c *Ctx) GemvQKVRope(W, X, xrow, nw DevicePtr, eps float32, qkv, pos, slots, invFreq, kc, vc DevicePtr,
+	M, H, nh, nkv, hd int) error {
+	N := (nh + 2*nkv) * hd
+	if M < 1 || M > GemvMaxM || H%8 != 0 || hd%2 != 0 || N <= 0 {
+		return fmt.Errorf("gemv_qkv_rope M=%d H=%d heads %d/%d hd %d: %w", M, H, nh, nkv, hd, ErrBadArg)
+	}
+	name := fmt.Sprintf("gemv_qkv_rope_m%d", M)
+	f, err := c.Func(name)
+	if err != nil {
+		return err
+	}
+	smem := GemvSmem(M, H)
+	if err := c.gemvSmemAttr(name, f, smem); err != nil {
+		return err
+	}
+	grid, upb := c.gemvGrid(N / 2)
+	return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{256, 1, 1}, smem,
+		P(W), P(X), P(xrow), P(nw), F(eps), P(qkv), I(N), I(H), I(upb), I(b2i(GemvPrefetch)),
+		P(pos), P(slots), P(invFreq), P(kc), P(vc), I(nh), I(nkv), I(hd))
+}
+
+// RopeAppendPerm is RopeAppend reading src [T][(nh+2nkv)*hd] in RopeRows
+// order (a GEMM over the permuted weight) and writing qkv in the standard order.
+func (c *Ctx) RopeAppendPerm(src, qkv, pos, slots, invFreq, kc, vc DevicePtr, T, nh, nkv, hd int) error {
+	return c.launchByNamePDL("rope_append_perm", Dim3{uint32(T), 1, 1}, Dim3{128, 1, 1}, 0,
+		P(src), P(qkv), P(pos), P(slots), P(invFreq), P(kc), P(vc), I(nh), I(nkv), I(hd))
 }
 
 // Embed gathers x[t] = table[tokens[t]] (fp16 table [V][H] → fp32 x [T][H]).
@@ -113,7 +180,7 @@ func (c *Ctx) FillRandomF16(w DevicePtr, n int64, seed uint64, scale float32) er
 // (invFreq fp32 [hd/2]) and stores k, v of token t at slot slots[t] of one
 // layer's caches kc, vc [slots][nkv*hd].
 func (c *Ctx) RopeAppend(qkv, pos, slots, invFreq, kc, vc DevicePtr, T, nh, nkv, hd int) error {
-	return c.LaunchByName("rope_append", Dim3{uint32(T), 1, 1}, Dim3{128, 1, 1}, 0,
+	return c.launchByNamePDL("rope_append", Dim3{uint32(T), 1, 1}, Dim3{128, 1, 1}, 0,
 		P(qkv), P(pos), P(slots), P(invFreq), P(kc), P(vc), I(nh), I(nkv), I(hd))
 }
 
@@ -136,7 +203,7 @@ func (c *Ctx) Attention(qkv, out, kc, vc DevicePtr, m AttnMeta, T, nh, nkv, hd i
 	default:
 		return fmt.Errorf("attention head_dim %d (want 8, 16, 32, 64, 128 or 256): %w", hd, ErrBadArg)
 	}
-	return c.LaunchByName(fmt.Sprintf("attention_hd%d", hd), Dim3{uint32(T), uint32(nh), 1}, Dim3{256, 1, 1}, 0,
+	return c.launchByNamePDL(fmt.Sprintf("attention_hd%d", hd), Dim3{uint32(T), uint32(nh), 1}, Dim3{256, 1, 1}, 0,
 		P(qkv), P(out), P(kc), P(vc), P(m.SlotList), P(m.KVOff), P(m.KVLen), P(m.Cached), P(m.MaskOff), P(m.Mask),
 		I(nh), I(nkv), F(scale))
 }
@@ -156,7 +223,7 @@ func (c *Ctx) KVScatter(cache, tmp, dst DevicePtr, n, L, kvdim int, layerStride 
 
 // ArgmaxRows writes out[r] = argmax of logits [R][V] row r (ties → lowest id).
 func (c *Ctx) ArgmaxRows(logits, out DevicePtr, R, V int) error {
-	return c.LaunchByName("argmax_rows", Dim3{uint32(R), 1, 1}, Dim3{1024, 1, 1}, 0, P(logits), P(out), I(V))
+	return c.launchByNamePDL("argmax_rows", Dim3{uint32(R), 1, 1}, Dim3{1024, 1, 1}, 0, P(logits), P(out), I(V))
 }
 
 // SampleRows samples one token per row of logits [R][V] with temperature,

@@ -38,6 +38,8 @@ func runBenchDecode(args []string) error {
 	tokens := fs.Int("tokens", 256, "decode steps timed")
 	warmup := fs.Int("warmup", 8, "decode steps before timing")
 	graphs := fs.Bool("graphs", true, "cuda: replay decode steps as CUDA graphs")
+	devArgmax := fs.Bool("device-argmax", true, "cuda: greedy token by argmax on the device (4 bytes back per step instead of the logits)")
+	pdl := fs.Bool("pdl", true, "cuda: programmatic dependent launch (kernels start during their predecessor's tail)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -69,7 +71,7 @@ func runBenchDecode(args []string) error {
 	var gpu *cuda.Backend
 	var err error
 	if *backend == "cuda" || *backend == "auto" {
-		gpu, err = cuda.New(cfg, w, cuda.Options{NumSlots: slots, Random: w == nil, Seed: 1, NoGraphs: !*graphs})
+		gpu, err = cuda.New(cfg, w, cuda.Options{NumSlots: slots, Random: w == nil, Seed: 1, NoGraphs: !*graphs, NoPDL: !*pdl})
 		if err != nil && *backend == "cuda" {
 			return err
 		}
@@ -108,12 +110,24 @@ func runBenchDecode(args []string) error {
 	prefill := time.Since(t0)
 	next := argmaxF32(pre.Logits)
 	n := *prompt
+	var am cuda.Argmaxer
+	if a, ok := be.(cuda.Argmaxer); ok && *devArgmax {
+		am = a
+	}
+	out := make([]int32, 1)
 	step := func() error {
 		q := &engine.ForwardRequest{CachedSlots: all[:n], Tokens: []int32{next}, Positions: all[n : n+1], Slots: all[n : n+1], Logits: pre.Logits}
-		if err := be.Forward([]*engine.ForwardRequest{q}); err != nil {
-			return err
+		if am != nil {
+			if err := am.ForwardArgmax([]*engine.ForwardRequest{q}, out); err != nil {
+				return err
+			}
+			next = out[0]
+		} else {
+			if err := be.Forward([]*engine.ForwardRequest{q}); err != nil {
+				return err
+			}
+			next = argmaxF32(q.Logits)
 		}
-		next = argmaxF32(q.Logits)
 		n++
 		return nil
 	}
@@ -146,7 +160,8 @@ func runBenchDecode(args []string) error {
 	if gpu != nil {
 		d := gpu.Device()
 		g, replays := gpu.Stats()
-		fmt.Printf("device: %s (sm_%d%d, %d SMs), kernels %s, graphs %d, replays %d\n", d.Name, d.Major, d.Minor, d.SMs, d.Arch, g, replays)
+		fmt.Printf("device: %s (sm_%d%d, %d SMs), kernels %s, graphs %d, replays %d, device argmax %v, pdl %v\n",
+			d.Name, d.Major, d.Minor, d.SMs, d.Arch, g, replays, am != nil, *pdl && os.Getenv(kernels.PDLEnv) != "0")
 		var bw float64
 		if err := d.Do(func(c *kernels.Ctx) error {
 			var err error

@@ -31,11 +31,12 @@ type Options struct {
 	Seed     uint64  // for Random
 	NoGraphs bool    // run small batches eagerly instead of through CUDA graphs
 	NoCUBLAS bool    // large batches through chunked GEMV even when cuBLAS is present
+	NoPDL    bool    // no programmatic dependent launch (also off with SPECGATE_PDL=0)
 	Eps      float32 // overrides cfg.RMSNormEps when > 0
 }
 
 type layer struct {
-	wqkv, wo, wgu, wd kernels.DevicePtr // fp16 [qDim+2kvDim][H], [H][qDim], [2I][H] interleaved, [H][I]
+	wqkv, wo, wgu, wd kernels.DevicePtr // fp16 [qDim+2kvDim][H] (kernels.RopeRows order), [H][qDim], [2I][H] interleaved, [H][I]
 	attnNorm, mlpNorm kernels.DevicePtr // fp16 [H]
 }
 
@@ -61,13 +62,14 @@ type Backend struct {
 	capT, capR               int
 	x, qkv, attn, act, gu    kernels.DevicePtr
 	h16, logits              kernels.DevicePtr
+	argIdx                   kernels.DevicePtr // int32 [capR]: device argmax of each logits row
 	meta                     kernels.DevicePtr // int32 metadata, layout from metaLayout(capT, capS, capW, capR)
 	capS, capW               int
 	stage                    kernels.HostBuf // pinned: metadata (int32) then logits (fp32)
 	stageMetaBytes           int
 	tmpKV                    kernels.DevicePtr
 	tmpKVCap                 int
-	graphs                   map[[2]int]*kernels.Graph
+	graphs                   map[graphKey]*kernels.Graph
 	closed                   bool
 	hostMeta                 []int32
 	hostFlat                 flatBatch
@@ -102,7 +104,7 @@ func New(cfg engine.Config, w *engine.Weights, opt Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cuda backend: %w: %w", engine.ErrBackendMissing, err)
 	}
-	b := &Backend{cfg: cfg, opt: opt, dev: dev, graphs: map[[2]int]*kernels.Graph{},
+	b := &Backend{cfg: cfg, opt: opt, dev: dev, graphs: map[graphKey]*kernels.Graph{},
 		qkvDim: cfg.QDim() + 2*cfg.KVDim(), kvDim: cfg.KVDim(), eps: float32(cfg.RMSNormEps)}
 	if opt.Eps > 0 {
 		b.eps = opt.Eps
@@ -208,7 +210,21 @@ func (b *Backend) load(c *kernels.Ctx, w *engine.Weights) error {
 			len(lw.WGate) != I*H || len(lw.WUp) != I*H || len(lw.WDown) != H*I || len(lw.AttnNorm) != H || len(lw.MLPNorm) != H) {
 			return fmt.Errorf("cuda backend: layer %d: weight sizes do not match config: %w", l, engine.ErrBadWeights)
 		}
-		if ly.wqkv, err = b.upload(c, (q+2*kv)*H, 0.02, lw.Wq, lw.Wk, lw.Wv); err != nil {
+		var qkv []float32
+		if !b.opt.Random {
+			// Rows in kernels.RopeRows order: rope pairs adjacent for the fused QKV+RoPE GEMV.
+			std := [][]float32{lw.Wq, lw.Wk, lw.Wv}
+			qkv = make([]float32, 0, (q+2*kv)*H)
+			for _, r := range kernels.RopeRows(cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim) {
+				part, i := 0, r
+				for i >= len(std[part])/H {
+					i -= len(std[part]) / H
+					part++
+				}
+				qkv = append(qkv, std[part][i*H:(i+1)*H]...)
+			}
+		}
+		if ly.wqkv, err = b.upload(c, (q+2*kv)*H, 0.02, qkv); err != nil {
 			return fmt.Errorf("layer %d qkv: %w", l, err)
 		}
 		if ly.wo, err = b.upload(c, H*q, 0.02, lw.Wo); err != nil {
@@ -273,11 +289,11 @@ func (b *Backend) Close() error {
 }
 
 func (b *Backend) freeScratch(c *kernels.Ctx) {
-	for _, p := range []kernels.DevicePtr{b.x, b.qkv, b.attn, b.act, b.gu, b.h16, b.logits, b.meta} {
+	for _, p := range []kernels.DevicePtr{b.x, b.qkv, b.attn, b.act, b.gu, b.h16, b.logits, b.meta, b.argIdx} {
 		c.Free(p)
 	}
 	c.FreeHost(b.stage)
-	b.x, b.qkv, b.attn, b.act, b.gu, b.h16, b.logits, b.meta = 0, 0, 0, 0, 0, 0, 0, 0
+	b.x, b.qkv, b.attn, b.act, b.gu, b.h16, b.logits, b.meta, b.argIdx = 0, 0, 0, 0, 0, 0, 0, 0, 0
 	b.stage = kernels.HostBuf{}
 	for k, g := range b.graphs {
 		c.DestroyGraph(g)
@@ -314,9 +330,9 @@ func (b *Backend) ensure(c *kernels.Ctx, T, S, W, R int) error {
 		bytes int
 	}{
 		{&b.x, T * cfg.HiddenSize * 4}, {&b.qkv, T * b.qkvDim * 4}, {&b.attn, T * cfg.QDim() * 4},
-		{&b.act, T * cfg.IntermediateSize * 4}, {&b.gu, T * 2 * cfg.IntermediateSize * 4},
+		{&b.act, T * cfg.IntermediateSize * 4}, {&b.gu, T * max(2*cfg.IntermediateSize, b.qkvDim) * 4},
 		{&b.h16, T * max(cfg.HiddenSize, cfg.IntermediateSize, cfg.QDim()) * 2},
-		{&b.logits, R * cfg.VocabSize * 4},
+		{&b.logits, R * cfg.VocabSize * 4}, {&b.argIdx, R * 4},
 	} {
 		if *a.p, err = c.Alloc(a.bytes); err != nil {
 			return err

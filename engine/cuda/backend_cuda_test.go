@@ -3,6 +3,8 @@
 package cuda
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -365,5 +367,64 @@ func TestShippedModels(t *testing.T) {
 			}
 			t.Logf("%s: logits rel err %.3g", dir, rel(rg.Logits, rc.Logits))
 		})
+	}
+}
+
+// Programmatic dependent launch changes scheduling only: a backend with it
+// and one without give the same logits bits for prefill (cuBLAS and chunked
+// GEMV), graph-replayed decode steps and a 5-token tree batch; and
+// ForwardArgmax (device argmax inside the graph) returns the argmax of the
+// logits Forward returns, for several rows across two requests.
+func TestPDLAndDeviceArgmax(t *testing.T) {
+	cfg := configs()["gqa"]
+	V := cfg.VocabSize
+	for _, noCUBLAS := range []bool{false, true} {
+		_, a := newPair(t, cfg, 11, Options{NoCUBLAS: noCUBLAS})
+		_, b := newPair(t, cfg, 11, Options{NoCUBLAS: noCUBLAS, NoPDL: true})
+		prompt := seq(5, 40)
+		steps := []*engine.ForwardRequest{{Tokens: prompt, Positions: seq(0, 40), Slots: seq(0, 40)}}
+		for i := 0; i < 6; i++ {
+			n := 40 + i
+			steps = append(steps, &engine.ForwardRequest{CachedSlots: seq(0, n), Tokens: []int32{int32(7 * i % V)},
+				Positions: []int32{int32(n)}, Slots: []int32{int32(n)}})
+		}
+		steps = append(steps, &engine.ForwardRequest{CachedSlots: seq(0, 46), Tokens: []int32{3, 9, 4, 11, 12},
+			Positions: []int32{46, 47, 47, 48, 48}, Slots: seq(46, 5), Parents: []int32{-1, 0, 0, 1, 2}})
+		for si, s := range steps {
+			ra, rb := clone(s), clone(s)
+			fwd(t, a, V, ra)
+			fwd(t, b, V, rb)
+			for i := range ra.Logits {
+				if math.Float32bits(ra.Logits[i]) != math.Float32bits(rb.Logits[i]) {
+					t.Fatalf("noCUBLAS=%v step %d: logit %d with PDL %v, without %v", noCUBLAS, si, i, ra.Logits[i], rb.Logits[i])
+				}
+			}
+		}
+		// Two requests, 3 and 2 logits rows, decode-sized (graphed) batch.
+		r1 := &engine.ForwardRequest{CachedSlots: seq(0, 46), Tokens: []int32{1, 2, 3}, Positions: seq(46, 3),
+			Slots: seq(46, 3)}
+		r2 := &engine.ForwardRequest{CachedSlots: seq(0, 20), Tokens: []int32{4, 5, 6}, Positions: seq(20, 3),
+			Slots: seq(100, 3), LogitsRows: []int32{2, 0}}
+		for rep := 0; rep < 3; rep++ { // eager + capture, then replays
+			c1, c2 := clone(r1), clone(r2)
+			fwd(t, a, V, c1, c2)
+			var want []int32
+			for _, c := range []*engine.ForwardRequest{c1, c2} {
+				for row := 0; row*V < len(c.Logits); row++ {
+					want = append(want, argmax(c.Logits[row*V:(row+1)*V]))
+				}
+			}
+			got := make([]int32, 6)
+			got[5] = -7
+			if err := a.ForwardArgmax([]*engine.ForwardRequest{clone(r1), clone(r2)}, got); err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got[:5]) != fmt.Sprint(want) || got[5] != -7 {
+				t.Fatalf("noCUBLAS=%v rep %d: ForwardArgmax %v, want %v (and out[5] untouched)", noCUBLAS, rep, got, want)
+			}
+		}
+		if err := a.ForwardArgmax([]*engine.ForwardRequest{clone(r1)}, make([]int32, 2)); !errors.Is(err, ErrRequest) {
+			t.Fatalf("ForwardArgmax with a short out: %v, want ErrRequest", err)
+		}
 	}
 }

@@ -107,12 +107,40 @@ func (b *Backend) flatten(reqs []*engine.ForwardRequest) (*flatBatch, error) {
 
 // Forward implements engine.Backend.
 func (b *Backend) Forward(reqs []*engine.ForwardRequest) error {
+	return b.forward(reqs, nil)
+}
+
+// Argmaxer is an optional capability of a backend (the CUDA one has it):
+// ForwardArgmax runs a forward like engine.Backend.Forward but, instead of
+// copying logits to the host, writes the greedy token of each logits row
+// (argmax, ties to the lowest id; rows in request order, LogitsRows order
+// within a request) into out[:rows]. The requests' Logits are not written.
+// out must hold at least the total number of logits rows.
+type Argmaxer interface {
+	ForwardArgmax(reqs []*engine.ForwardRequest, out []int32) error
+}
+
+var _ Argmaxer = (*Backend)(nil)
+
+// ForwardArgmax implements Argmaxer: the argmax runs on the device (inside
+// the CUDA graph when the step is graphed) and 4 bytes per row come back.
+func (b *Backend) ForwardArgmax(reqs []*engine.ForwardRequest, out []int32) error {
+	if out == nil {
+		out = []int32{}
+	}
+	return b.forward(reqs, out)
+}
+
+// forward runs reqs; argOut == nil: logits to the requests' Logits, else
+// the device argmax of each row to argOut.
+func (b *Backend) forward(reqs []*engine.ForwardRequest, argOut []int32) error {
 	if b.closed {
 		return kernels.ErrClosed
 	}
 	if len(reqs) == 0 {
 		return nil
 	}
+	argmax := argOut != nil
 	return b.dev.Do(func(c *kernels.Ctx) error {
 		fb, err := b.flatten(reqs)
 		if err != nil {
@@ -142,11 +170,27 @@ func (b *Backend) Forward(reqs []*engine.ForwardRequest) error {
 				return err
 			}
 		}
-		if err := b.runMaybeGraph(c, fb.T, fb.R, lay); err != nil {
+		if argmax && len(argOut) < fb.R {
+			return fmt.Errorf("ForwardArgmax: out holds %d tokens, the batch has %d logits rows: %w", len(argOut), fb.R, ErrRequest)
+		}
+		if err := b.runMaybeGraph(c, fb.T, fb.R, lay, argmax); err != nil {
 			return err
 		}
 		V := b.cfg.VocabSize
 		logitsHost := unsafe.Add(stage, b.stageMetaBytes)
+		if argmax {
+			if fb.R == 0 {
+				return nil
+			}
+			if err := c.DtoHRaw(logitsHost, b.argIdx, fb.R*4); err != nil {
+				return err
+			}
+			if err := c.Sync(); err != nil {
+				return err
+			}
+			copy(argOut, unsafe.Slice((*int32)(logitsHost), fb.R))
+			return nil
+		}
 		if fb.R > 0 {
 			if err := c.DtoHRaw(logitsHost, b.logits, fb.R*V*4); err != nil {
 				return err
@@ -181,22 +225,28 @@ func (b *Backend) graphable(c *kernels.Ctx, T, R int) bool {
 		c.GemvFits(T, cfg.HiddenSize) && c.GemvFits(T, cfg.QDim()) && c.GemvFits(T, cfg.IntermediateSize)
 }
 
-func (b *Backend) runMaybeGraph(c *kernels.Ctx, T, R int, lay metaLayout) error {
+// graphKey identifies a captured step: tokens, logits rows, device argmax.
+type graphKey struct {
+	T, R   int
+	argmax bool
+}
+
+func (b *Backend) runMaybeGraph(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) error {
 	if !b.graphable(c, T, R) {
-		return b.run(c, T, R, lay)
+		return b.run(c, T, R, lay, argmax)
 	}
-	key := [2]int{T, R}
+	key := graphKey{T, R, argmax}
 	g := b.graphs[key]
 	if g == nil {
 		// Run once eagerly first: it sets kernel attributes and loads
 		// functions outside capture, and produces this step's results.
-		if err := b.run(c, T, R, lay); err != nil {
+		if err := b.run(c, T, R, lay, argmax); err != nil {
 			return err
 		}
 		if err := c.BeginCapture(); err != nil {
 			return err
 		}
-		err := b.run(c, T, R, lay)
+		err := b.run(c, T, R, lay, argmax)
 		g2, err2 := c.EndCapture()
 		if err != nil {
 			c.DestroyGraph(g2)
@@ -213,8 +263,9 @@ func (b *Backend) runMaybeGraph(c *kernels.Ctx, T, R int, lay metaLayout) error 
 	return c.LaunchGraph(g)
 }
 
-// run enqueues the forward of T tokens with R logits rows.
-func (b *Backend) run(c *kernels.Ctx, T, R int, lay metaLayout) error {
+// run enqueues the forward of T tokens with R logits rows (and, with
+// argmax, the argmax of each row into argIdx).
+func (b *Backend) run(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) error {
 	cfg := b.cfg
 	H, I, V := cfg.HiddenSize, cfg.IntermediateSize, cfg.VocabSize
 	nh, nkv, hd := cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim
@@ -226,14 +277,26 @@ func (b *Backend) run(c *kernels.Ctx, T, R int, lay metaLayout) error {
 	if err := c.Embed(b.embed, mp(lay.tokens), b.x, T, H); err != nil {
 		return err
 	}
+	// Every kernel after the embedding may start during its predecessor's
+	// tail (programmatic dependent launch; kernels.Ctx.SetPDL).
+	c.SetPDL(!b.opt.NoPDL)
+	defer c.SetPDL(false)
+	fused := T <= kernels.GemvMaxM && c.GemvFits(T, H)
 	for l := range b.layers {
 		ly := &b.layers[l]
 		kc, vc := b.kc+kernels.DevicePtr(l)*layerBytes, b.vc+kernels.DevicePtr(l)*layerBytes
-		if err := b.mm(c, kernels.GemvNorm, ly.wqkv, b.x, 0, ly.attnNorm, b.qkv, T, b.qkvDim, H); err != nil {
-			return fmt.Errorf("layer %d qkv: %w", l, err)
-		}
-		if err := c.RopeAppend(b.qkv, mp(lay.pos), mp(lay.slots), b.inv, kc, vc, T, nh, nkv, hd); err != nil {
-			return fmt.Errorf("layer %d rope: %w", l, err)
+		if fused {
+			if err := c.GemvQKVRope(ly.wqkv, b.x, 0, ly.attnNorm, b.eps, b.qkv, mp(lay.pos), mp(lay.slots), b.inv,
+				kc, vc, T, H, nh, nkv, hd); err != nil {
+				return fmt.Errorf("layer %d qkv+rope: %w", l, err)
+			}
+		} else {
+			if err := b.mm(c, kernels.GemvNorm, ly.wqkv, b.x, 0, ly.attnNorm, b.gu, T, b.qkvDim, H); err != nil {
+				return fmt.Errorf("layer %d qkv: %w", l, err)
+			}
+			if err := c.RopeAppendPerm(b.gu, b.qkv, mp(lay.pos), mp(lay.slots), b.inv, kc, vc, T, nh, nkv, hd); err != nil {
+				return fmt.Errorf("layer %d rope: %w", l, err)
+			}
 		}
 		if err := c.Attention(b.qkv, b.attn, kc, vc, am, T, nh, nkv, hd, scale); err != nil {
 			return fmt.Errorf("layer %d attention: %w", l, err)
@@ -253,6 +316,11 @@ func (b *Backend) run(c *kernels.Ctx, T, R int, lay metaLayout) error {
 	}
 	if err := b.mm(c, kernels.GemvNorm, b.lmHead, b.x, mp(lay.rows), b.norm, b.logits, R, V, H); err != nil {
 		return fmt.Errorf("lm_head: %w", err)
+	}
+	if argmax {
+		if err := c.ArgmaxRows(b.logits, b.argIdx, R, V); err != nil {
+			return fmt.Errorf("argmax: %w", err)
+		}
 	}
 	return nil
 }
