@@ -56,9 +56,10 @@ type Config struct {
 	// plainly while speculation does not pay.
 	Adaptive bool
 	// VerifyCost is the cost of one extra token in a target forward,
-	// relative to a one-token target forward; 0 = 1 on the CPU backend
-	// (compute-bound: `specgate bench-spec` measured 0.96 on the shipped
-	// pair) and 0.1 on other backends (memory-bound small batches).
+	// relative to a one-token target forward; 0 = 0.3 on the CPU backend
+	// (`specgate bench-spec` measured 0.30 for an 8-token tree on the shipped
+	// pair with the multi-token fp16 kernels of engine 0b08f99; 0.96 before
+	// them) and 0.1 on other backends (memory-bound small batches).
 	VerifyCost float64
 	// DraftCost is the cost of one draft forward relative to a one-token
 	// target forward; 0 = the ratio of the two models' per-token FLOPs plus
@@ -146,7 +147,7 @@ func NewDraft(target, draft *engine.Model, cfg Config) (*Draft, error) {
 	if c.VerifyCost == 0 {
 		c.VerifyCost = 0.1
 		if _, cpu := target.Backend().(*engine.CPUBackend); cpu {
-			c.VerifyCost = 1
+			c.VerifyCost = 0.3
 		}
 	}
 	if c.DraftCost == 0 {
