@@ -50,7 +50,7 @@ func main() {
 	// "specgate bench X" is "specgate bench-X" (bench spec, bench decode, ...).
 	if name == "bench" {
 		if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-			fmt.Fprintln(os.Stderr, "usage: specgate bench <spec|decode|engine|policy|gateway|cache> [flags]")
+			fmt.Fprintln(os.Stderr, "usage: specgate bench <spec|decode|engine|policy|gateway|cache|cache-http> [flags]")
 			usage()
 			os.Exit(2)
 		}
