@@ -40,6 +40,14 @@ __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
+// rope_rot: (o1, o2) = (x1*c - x2*s, x2*c + x1*s) with every product and
+// sum rounded separately (no FMA contraction), so each kernel that rotates
+// gives the same bits.
+__device__ __forceinline__ void rope_rot(float x1, float x2, float c, float s, float& o1, float& o2) {
+  o1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+  o2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+}
+
 // block_sum / block_max: every thread gets the result. red must hold 32 floats.
 __device__ float block_sum(float v, float* red) {
   int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
@@ -93,7 +101,8 @@ __device__ __forceinline__ void pdl_trigger() {
 // live in shared memory (M*K floats, dynamic). Each lane sums its chunks in
 // increasing order whatever D, and the per-row sum order does not depend on
 // M, so a token's result is the same whichever batch it is in.
-//   NORM: xin = rmsnorm(x[xrow[m]]) * nw  (xrow may be null: row m)
+//   NORM: y = (W . (x[xrow[m]] * nw)) * rsqrt(mean(x^2) + eps)  (xrow may be
+//         null: row m), i.e. W applied to rmsnorm(x) * nw
 //   MODE 0: y[m][n] = dot; 1: y[m][n] += dot (residual);
 //   MODE 2: W rows interleaved (gate_j, up_j) = rows (2j, 2j+1):
 //           y[m][j] = silu(gate) * up, N counts W rows.
@@ -116,7 +125,6 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
                      int prefetch, RopeArgs ra) {
   extern __shared__ float4 smem4[];
   float* xs = (float*)smem4;
-  __shared__ float red[32];
   __shared__ float scale[M];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
   constexpr int R = MODE >= 2 ? 2 : 1;
@@ -149,30 +157,42 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
   }
   pdl_trigger();
   pdl_wait();
+  // NORM: xs = x * nw and scale[m] = rsqrt(mean(x^2) + eps), applied to
+  // the dot products (nw and x are loaded in the same round trip). One warp
+  // sums row m's squares in a fixed order (lane-strided, then warp_sum), so
+  // the scale does not depend on the block size or on M.
+  if (NORM) {
+    for (int m = warp; m < M; m += nwarps) {
+      const float* src = X + (size_t)(xrow ? xrow[m] : m) * K;
+      float ss = 0.f;
+      for (int k = lane * 4; k < K; k += 128) {
+        const float4 v = *(const float4*)(src + k);
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+      }
+      ss = warp_sum(ss);
+      if (lane == 0) scale[m] = rsqrtf(ss / (float)K + eps);
+    }
+  }
 #pragma unroll
   for (int m = 0; m < M; m++) {
     const float* src = X + (size_t)(xrow ? xrow[m] : m) * K;
-    float ss = 0.f;
     for (int k = tid * 4; k < K; k += blockDim.x * 4) {
       float4 v = *(const float4*)(src + k);
+      if (NORM) {
+        const uint2 g = *(const uint2*)(nw + k);
+        const float2 g0 = h2x2(g.x), g1 = h2x2(g.y);
+        v.x *= g0.x; v.y *= g0.y; v.z *= g1.x; v.w *= g1.y;
+      }
       *(float4*)(xs + m * K + k) = v;
-      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-    }
-    if (NORM) {
-      ss = block_sum(ss, red);
-      if (tid == 0) scale[m] = rsqrtf(ss / (float)K + eps);
     }
   }
   __syncthreads();
-  if (NORM) {
-#pragma unroll
-    for (int m = 0; m < M; m++) {
-      float s = scale[m];
-      for (int k = tid; k < K; k += blockDim.x) xs[m * K + k] = xs[m * K + k] * s * h2f(nw[k]);
-    }
-    __syncthreads();
-  }
   for (int u = u0 + warp; u < u1; u += nwarps) {
+    float yold[M];  // MODE 1: the residual, loaded while the weights stream
+    if (MODE == 1 && lane == 0) {
+#pragma unroll
+      for (int m = 0; m < M; m++) yold[m] = Y[(size_t)m * N + u];
+    }
     float acc[R][M];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -210,7 +230,10 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
-      for (int m = 0; m < M; m++) acc[r][m] = warp_sum(acc[r][m]);
+      for (int m = 0; m < M; m++) {
+        acc[r][m] = warp_sum(acc[r][m]);
+        if (NORM) acc[r][m] *= scale[m];
+      }
     if (MODE == 3) {
       // Lane m < M handles token m: rotate the (j, j+half) pair of a q/k
       // head (HF rotate_half, same arithmetic as rope_append), store q and k
@@ -227,7 +250,8 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
           float s, c;
           sincosf((float)ra.pos[m] * ra.inv_freq[j], &s, &c);
           const float x1 = acc[0][m], x2 = acc[1][m];
-          const float o1 = x1 * c - x2 * s, o2 = x2 * c + x1 * s;
+          float o1, o2;
+          rope_rot(x1, x2, c, s, o1, o2);
           row[h * ra.hd + j] = o1;
           row[h * ra.hd + j + half] = o2;
           if (h >= ra.nh) {
@@ -247,7 +271,7 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
 #pragma unroll
       for (int m = 0; m < M; m++) {
         if (MODE == 0) Y[(size_t)m * N + u] = acc[0][m];
-        if (MODE == 1) Y[(size_t)m * N + u] += acc[0][m];
+        if (MODE == 1) Y[(size_t)m * N + u] = yold[m] + acc[0][m];
         if (MODE == 2) {
           float g = acc[0][m];
           Y[(size_t)m * units + u] = g / (1.f + expf(-g)) * acc[R - 1][m];
@@ -347,7 +371,8 @@ extern "C" __global__ void rope_append(float* __restrict__ qkv, const int* __res
     sincosf(p * inv_freq[j], &s, &c);
     float* base = row + h * hd;  // q heads then k heads are contiguous
     float x1 = base[j], x2 = base[j + half];
-    float o1 = x1 * c - x2 * s, o2 = x2 * c + x1 * s;
+    float o1, o2;
+    rope_rot(x1, x2, c, s, o1, o2);
     base[j] = o1;
     base[j + half] = o2;
     if (h >= nh) {
@@ -381,7 +406,8 @@ extern "C" __global__ void rope_append_perm(const float* __restrict__ src, float
       const int h = u / half, j = u - h * half;
       float s, c;
       sincosf(p * inv_freq[j], &s, &c);
-      const float o1 = x1 * c - x2 * s, o2 = x2 * c + x1 * s;
+      float o1, o2;
+      rope_rot(x1, x2, c, s, o1, o2);
       row[h * hd + j] = o1;
       row[h * hd + j + half] = o2;
       if (h >= nh) {
@@ -482,17 +508,18 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
         acc[f].x *= corr; acc[f].y *= corr; acc[f].z *= corr; acc[f].w *= corr;
       }
       int j = c0 + pid;
-      for (; j + 3 * NP < c1; j += 4 * NP) {
-        float4 v[4][FPL];
-        float p[4];
+      constexpr int UV = FPL > 1 ? 4 : 8;  // keys in flight per lane
+      for (; j + (UV - 1) * NP < c1; j += UV * NP) {
+        float4 v[UV][FPL];
+        float p[UV];
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
+        for (int u = 0; u < UV; u++) {
           const float4* vr = (const float4*)(vbase + (size_t)sl[j + u * NP - c0] * kvdim);
 #pragma unroll
           for (int f = 0; f < FPL; f++) v[u][f] = vr[dl + f * LPK];
         }
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
+        for (int u = 0; u < UV; u++) {
           float s = sc[j + u * NP - c0];
           p[u] = s == NEG_INF ? 0.f : expf(s - mnew);
           l += p[u];

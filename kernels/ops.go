@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"os"
+	"strconv"
 )
 
 // Typed launchers for the kernels in llama.cu. All run on the device stream
@@ -66,18 +67,40 @@ func (c *Ctx) Gemv(kind GemvKind, W, X, xrow, nw DevicePtr, eps float32, Y Devic
 	if kind == GemvSwiGLU {
 		units = N / 2
 	}
-	grid, upb := c.gemvGrid(units)
-	return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{256, 1, 1}, smem,
+	grid, upb, threads := c.gemvGrid(units, smem)
+	return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
 		P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), I(upb), I(b2i(GemvPrefetch)))
 }
 
-// gemvGrid picks units per block (enough blocks for ~4 waves of the SMs, a
-// multiple of 8 and at least 8) and the grid size.
-func (c *Ctx) gemvGrid(units int) (grid, upb int) {
+// GemvWarps fixes the warps per GEMV block (8, 4 or 2); 0 picks per
+// matrix (SPECGATE_GEMV_WARPS overrides, for measurements).
+var GemvWarps = envInt("SPECGATE_GEMV_WARPS")
+
+func envInt(name string) int {
+	v, _ := strconv.Atoi(os.Getenv(name))
+	return v
+}
+
+// gemvGrid picks units per warp (enough for ~4 waves of 8-warp blocks),
+// warps per block (halved from 8 down to 2 while the grid would have fewer
+// than 3 blocks per SM and each block's staged inputs, smem bytes, are at
+// most 16 KB: small matrices then spread evenly over the SMs, at the price
+// of more blocks re-reading the inputs), and returns the grid, units per
+// block and threads per block.
+func (c *Ctx) gemvGrid(units, smem int) (grid, upb, threads int) {
 	sms := max(c.d.SMs, 1)
-	upb = max(8, (units+sms*4-1)/(sms*4))
-	upb = (upb + 7) / 8 * 8
-	return (units + upb - 1) / upb, upb
+	upw := max(1, (units+sms*32-1)/(sms*32))
+	wpb := 8
+	switch GemvWarps {
+	case 8, 4, 2:
+		wpb = GemvWarps
+	default:
+		for wpb > 2 && smem <= 16<<10 && (units+wpb*upw-1)/(wpb*upw) < 3*sms {
+			wpb /= 2
+		}
+	}
+	upb = wpb * upw
+	return (units + upb - 1) / upb, upb, 32 * wpb
 }
 
 // gemvSmemAttr raises f's dynamic shared-memory limit to smem when needed.
@@ -135,8 +158,8 @@ func (c *Ctx) GemvQKVRope(W, X, xrow, nw DevicePtr, eps float32, qkv, pos, slots
 	if err := c.gemvSmemAttr(name, f, smem); err != nil {
 		return err
 	}
-	grid, upb := c.gemvGrid(N / 2)
-	return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{256, 1, 1}, smem,
+	grid, upb, threads := c.gemvGrid(N/2, smem)
+	return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
 		P(W), P(X), P(xrow), P(nw), F(eps), P(qkv), I(N), I(H), I(upb), I(b2i(GemvPrefetch)),
 		P(pos), P(slots), P(invFreq), P(kc), P(vc), I(nh), I(nkv), I(hd))
 }

@@ -275,10 +275,7 @@ func (b *Backend) Close() error {
 	}
 	b.closed = true
 	_ = b.dev.Do(func(c *kernels.Ctx) error {
-		for _, g := range b.graphs {
-			c.DestroyGraph(g)
-		}
-		b.freeScratch(c)
+		b.freeScratch(c) // destroys the graphs too (destroying them twice crashed the driver)
 		for _, p := range b.allocs {
 			c.Free(p)
 		}

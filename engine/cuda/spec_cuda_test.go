@@ -79,15 +79,14 @@ func TestSpeculativeGreedyOnGPU(t *testing.T) {
 	e := engine.New(target, engine.Options{})
 	defer e.Close()
 	steps, accepted, gen := make([]int, len(modes)), make([]int, len(modes)), make([]int, len(modes))
+	plain := 0
 	for i := 0; i < n; i++ {
 		prompt := target.Tokenizer.Encode(prompts[i], true)
 		want, _, err := genTokens(e, engine.GenerateRequest{Prompt: prompt, MaxTokens: maxTok, NoSpeculation: true})
 		if err != nil {
 			t.Fatalf("prompt %d plain: %v", i, err)
 		}
-		if len(want) == 0 {
-			t.Fatalf("prompt %d: plain decoding produced no tokens", i)
-		}
+		plain += len(want) // a prompt may end at once (EOS first); its speculative run must agree
 		for mi, md := range modes {
 			got, res, err := genTokens(e, engine.GenerateRequest{Prompt: prompt, MaxTokens: maxTok, Speculator: specs[mi]})
 			if err != nil {
@@ -101,8 +100,11 @@ func TestSpeculativeGreedyOnGPU(t *testing.T) {
 			}
 			steps[mi] += res.Spec.Steps
 			accepted[mi] += res.Spec.Accepted
-			gen[mi] += len(got) - 1
+			gen[mi] += max(len(got)-1, 0)
 		}
+	}
+	if plain < n*maxTok/4 {
+		t.Fatalf("plain decoding gave %d tokens over %d prompts: too few to test speculation", plain, n)
 	}
 	for mi, md := range modes {
 		t.Logf("%-5s %d prompts x %d tokens equal; steps %d, accepted %d, %.2f tokens/step",
