@@ -50,9 +50,15 @@ func (d *Draft) accept(s *engine.SpecState, p *proposal, logits []float32) (path
 		if len(kids) > 0 {
 			trials++
 		}
-		probs := s.Probs(row, toks)
 		if p.greedy {
-			t := engine.Argmax(probs)
+			// plain greedy decoding's choice (engine.Sample): the logits'
+			// argmax, or the argmax of the penalized distribution.
+			var t int32
+			if noPenalties(s.Params) {
+				t = engine.Argmax(row)
+			} else {
+				t = engine.Argmax(s.Probs(row, toks))
+			}
 			next := -1
 			for _, c := range kids {
 				if p.tree.Tokens[c] == t {
@@ -68,6 +74,7 @@ func (d *Draft) accept(s *engine.SpecState, p *proposal, logits []float32) (path
 			v = next
 			continue
 		}
+		probs := s.Probs(row, toks)
 		pv := make([]float64, V)
 		for i, x := range probs {
 			pv[i] = float64(x)

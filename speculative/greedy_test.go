@@ -140,3 +140,37 @@ func TestLosslessGreedy(t *testing.T) {
 		t.Fatalf("KV leak: target %d blocks outside the prefix cache, draft %d blocks in use", leak, draft.KV().UsedBlocks())
 	}
 }
+
+// TestLosslessGreedyPenalties: greedy decoding with presence/frequency
+// penalties (the draft ranks and the target chooses after penalties over
+// the generated tokens plus the path) equals plain decoding; tiny random
+// pair, every mode.
+func TestLosslessGreedyPenalties(t *testing.T) {
+	target, draft := tinyPair()
+	e := engine.New(target, engine.Options{})
+	defer e.Close()
+	sp := engine.SamplingParams{PresencePenalty: 0.4, FrequencyPenalty: 0.7}
+	for name, cfg := range greedyModes() {
+		d, err := NewDraft(target, draft, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 6 {
+			prompt := []int32{0, int32(1 + i), int32(11 - i), 4}
+			want, _, err := generate(e, engine.GenerateRequest{Prompt: prompt, MaxTokens: 40, Sampling: sp, NoSpeculation: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, res, err := generate(e, engine.GenerateRequest{Prompt: prompt, MaxTokens: 40, Sampling: sp, Speculator: d})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("%s prompt %v:\nspeculative %v\nplain       %v", name, prompt, got, want)
+			}
+			if name != "adaptive" && res.Spec.Proposed == 0 {
+				t.Fatalf("%s: nothing proposed", name)
+			}
+		}
+	}
+}

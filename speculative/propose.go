@@ -1,6 +1,7 @@
 package speculative
 
 import (
+	"math"
 	"sort"
 
 	"github.com/specgate/specgate/engine"
@@ -26,10 +27,25 @@ func greedyParams(p engine.SamplingParams) engine.SamplingParams {
 	return engine.SamplingParams{Temperature: 1, PresencePenalty: p.PresencePenalty, FrequencyPenalty: p.FrequencyPenalty}
 }
 
+// noPenalties reports whether the request's distribution ignores history.
+func noPenalties(p engine.SamplingParams) bool {
+	return p.PresencePenalty == 0 && p.FrequencyPenalty == 0
+}
+
 // dist is the draft distribution at a node whose path below the root is
 // path: under sampling exactly the target's transforms (s.Probs), under
-// greedy decoding the ranking distribution.
-func dist(s *engine.SpecState, row []float32, path []int32, greedy bool) []float64 {
+// greedy decoding the ranking distribution (softmax at temperature 1 after
+// the request's penalties). Greedy chains only need the argmax: they get a
+// one-hot vector without the softmax.
+func (d *Draft) dist(s *engine.SpecState, row []float32, path []int32, greedy bool) []float64 {
+	if greedy && noPenalties(s.Params) {
+		out := make([]float64, len(row))
+		if d.cfg.Method == MethodChain {
+			out[engine.Argmax(row)] = 1
+			return out
+		}
+		return softmax64(row, out)
+	}
 	var p []float32
 	if greedy {
 		hist := append(append(make([]int32, 0, len(s.Generated)+len(path)), s.Generated...), path...)
@@ -44,6 +60,24 @@ func dist(s *engine.SpecState, row []float32, path []int32, greedy bool) []float
 	return out
 }
 
+// softmax64 writes softmax(row) into out (len(row)) and returns it.
+func softmax64(row []float32, out []float64) []float64 {
+	mx := float64(row[0])
+	for _, v := range row {
+		mx = max(mx, float64(v))
+	}
+	var sum float64
+	for i, v := range row {
+		e := math.Exp(float64(v) - mx)
+		out[i] = e
+		sum += e
+	}
+	for i := range out {
+		out[i] /= sum
+	}
+	return out
+}
+
 // propose builds the draft tree of at most depth levels below Pending. The
 // draft sequence ends at Pending on entry (rootRow is its last logits row);
 // on return it holds the same tokens (trees) or Pending plus the chain's
@@ -51,7 +85,7 @@ func dist(s *engine.SpecState, row []float32, path []int32, greedy bool) []float
 func (d *Draft) propose(s *engine.SpecState, st *reqState, rootRow []float32, depth int) (*proposal, error) {
 	greedy := s.Params.Temperature <= 0
 	p := &proposal{tree: &Tree{}, greedy: greedy}
-	p.q = [][]float64{dist(s, rootRow, nil, greedy)}
+	p.q = [][]float64{d.dist(s, rootRow, nil, greedy)}
 	cums := []float64{1} // cumulative draft probability, indexed like q
 	frontier := []int{-1}
 	budget := d.cfg.Budget
@@ -85,7 +119,7 @@ func (d *Draft) propose(s *engine.SpecState, st *reqState, rootRow []float32, de
 			return nil, err
 		}
 		for j, n := range fresh {
-			p.q[n+1] = dist(s, rows[j*V:(j+1)*V], p.tree.PathTokens(n), greedy)
+			p.q[n+1] = d.dist(s, rows[j*V:(j+1)*V], p.tree.PathTokens(n), greedy)
 		}
 		frontier = fresh
 	}
