@@ -60,3 +60,11 @@ func TestCompileSources(t *testing.T) {
 		}
 	}
 }
+
+func TestGemvWarpsEnv(t *testing.T) {
+	for v, want := range map[string]int{"": 8, "8": 8, "4": 4, "2": 2, "auto": 0, "3": 8, "x": 8, "16": 8} {
+		if got := gemvWarpsEnv(v); got != want {
+			t.Errorf("gemvWarpsEnv(%q) = %d, want %d", v, got, want)
+		}
+	}
+}

@@ -73,16 +73,23 @@ func (c *Ctx) Gemv(kind GemvKind, W, X, xrow, nw DevicePtr, eps float32, Y Devic
 }
 
 // GemvWarps fixes the warps per GEMV block (8, 4 or 2); 0 picks per
-// matrix (SPECGATE_GEMV_WARPS overrides, for measurements).
-var GemvWarps = envInt("SPECGATE_GEMV_WARPS")
+// matrix (see gemvGrid). Default 8: on an H100 the per-matrix choice was
+// slower in decode (816 vs 865 tokens/s, docs/cuda.md).
+// SPECGATE_GEMV_WARPS=8|4|2|auto overrides it, for measurements.
+var GemvWarps = gemvWarpsEnv(os.Getenv("SPECGATE_GEMV_WARPS"))
 
-func envInt(name string) int {
-	v, _ := strconv.Atoi(os.Getenv(name))
-	return v
+func gemvWarpsEnv(v string) int {
+	if v == "auto" {
+		return 0
+	}
+	if n, err := strconv.Atoi(v); err == nil && (n == 2 || n == 4 || n == 8) {
+		return n
+	}
+	return 8
 }
 
 // gemvGrid picks units per warp (enough for ~4 waves of 8-warp blocks),
-// warps per block (halved from 8 down to 2 while the grid would have fewer
+// warps per block (GemvWarps, or when it is 0: halved from 8 down to 2 while the grid would have fewer
 // than 3 blocks per SM and each block's staged inputs, smem bytes, are at
 // most 16 KB: small matrices then spread evenly over the SMs, at the price
 // of more blocks re-reading the inputs), and returns the grid, units per
