@@ -64,6 +64,10 @@ type Device struct {
 	pdl    bool       // launch PDL-aware kernels with programmatic stream serialization
 	lcfg   launchCfg  // cuLaunchKernelEx config (heap, stable address)
 	lattr  launchAttr // its one attribute
+	// Split-attention scratch (see Ctx.Attention): partial results
+	// [attnPartFloats] fp32 and per-(token, head) arrival counters
+	// [attnCntInts] int32, zero between launches.
+	attnPart, attnCnt DevicePtr
 }
 
 // launchCfg mirrors CUlaunchConfig (cuda.h, 64-bit): grid, block, shared
@@ -224,7 +228,17 @@ func (d *Device) init() error {
 		return cuErr(r, "cuModuleLoadData("+arch+")")
 	}
 	runtime.KeepAlive(img)
-	return nil
+	var err2 error
+	if d.attnPart, err2 = d.c.Alloc(attnPartFloats * 4); err2 != nil {
+		return err2
+	}
+	if d.attnCnt, err2 = d.c.Alloc(attnCntInts * 4); err2 != nil {
+		return err2
+	}
+	if err := d.c.Memset32(d.attnCnt, 0, attnCntInts); err != nil {
+		return err
+	}
+	return d.c.Sync()
 }
 
 func (d *Device) release() {
@@ -233,6 +247,12 @@ func (d *Device) release() {
 	}
 	if d.blas != 0 && cublas != nil {
 		cublas.cublasDestroy.call(d.blas)
+	}
+	if d.attnPart != 0 {
+		cu.cuMemFree.call(uintptr(d.attnPart))
+	}
+	if d.attnCnt != 0 {
+		cu.cuMemFree.call(uintptr(d.attnCnt))
 	}
 	if d.mod != 0 {
 		cu.cuModuleUnload.call(d.mod)

@@ -440,7 +440,8 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
                           const float* __restrict__ vc, const int* __restrict__ slot_list,
                           const int* __restrict__ kvoff, const int* __restrict__ kvlen, const int* __restrict__ cached,
                           const int* __restrict__ maskoff, const u32* __restrict__ mask, int nh, int nkv,
-                          float scale) {
+                          float scale, int t0, int smax, int kmin, float* __restrict__ part,
+                          int* __restrict__ cnt) {
   constexpr int CH = 1024, NT = 256, NW = NT / 32;
   constexpr int QPL = HD / 4;                  // float4 per row
   constexpr int LPK = QPL < 32 ? QPL : 32;     // lanes per key
@@ -454,14 +455,21 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
   __shared__ float accs[NP * HD];
   __shared__ float ls[NP];
   float* qs = (float*)qs4;
-  const int t = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+  const int t = blockIdx.x + t0, h = blockIdx.y, tid = threadIdx.x, sp = blockIdx.z;
   const int lane = tid & 31, w = tid >> 5, sub = lane / LPK, dl = lane - sub * LPK, pid = w * KPW + sub;
   const int kvdim = nkv * HD, qkvdim = nh * HD + 2 * kvdim;
   const int kvh = h / (nh / nkv);
+  __shared__ int last;
   pdl_trigger();
   pdl_wait();
-  for (int d = tid; d < HD; d += NT) qs[d] = qkv[(size_t)t * qkvdim + h * HD + d] * scale;
   const int off = kvoff[t], len = kvlen[t], nc = cached[t], mo = maskoff[t];
+  // Split over keys (flash-decoding): S depends only on len, so a token's
+  // bits do not depend on the batch it is in.
+  const int S = max(1, min(smax, (len + kmin - 1) / kmin));
+  if (sp >= S) return;
+  const int per = (len + S - 1) / S;
+  const int kb = min(len, sp * per), ke = min(len, kb + per);
+  for (int d = tid; d < HD; d += NT) qs[d] = qkv[(size_t)t * qkvdim + h * HD + d] * scale;
   const float* kbase = kc + kvh * HD;
   const float* vbase = vc + kvh * HD;
   float mrun = NEG_INF, l = 0.f;
@@ -469,8 +477,8 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
 #pragma unroll
   for (int f = 0; f < FPL; f++) acc[f].x = acc[f].y = acc[f].z = acc[f].w = 0.f;
   __syncthreads();
-  for (int c0 = 0; c0 < len; c0 += CH) {
-    const int c1 = min(len, c0 + CH);
+  for (int c0 = kb; c0 < ke; c0 += CH) {
+    const int c1 = min(ke, c0 + CH);
     float mloc = NEG_INF;
     for (int j = c0 + tid; j < c1; j += NT) {
       const int slot = slot_list[off + j];
@@ -551,22 +559,64 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
   for (int f = 0; f < FPL; f++) *(float4*)(accs + pid * HD + 4 * (dl + f * LPK)) = acc[f];
   if (dl == 0) ls[pid] = l;
   __syncthreads();
+  if (S == 1) {
+    for (int d = tid; d < HD; d += NT) {
+      float a = 0.f, ll = 0.f;
+      for (int k = 0; k < NP; k++) {
+        a += accs[k * HD + d];
+        ll += ls[k];
+      }
+      out[(size_t)t * nh * HD + h * HD + d] = ll > 0.f ? a / ll : 0.f;
+    }
+    return;
+  }
+  // Partial (unnormalised acc[HD], l, m) of split sp to part; the last split
+  // block to arrive combines all S in split order (fixed order: same bits
+  // whichever block finishes last) and re-arms the counter.
+  const int pair = blockIdx.x * nh + h;
+  float* mine = part + ((size_t)pair * smax + sp) * (HD + 2);
+  for (int d = tid; d < HD; d += NT) {
+    float a = 0.f;
+    for (int k = 0; k < NP; k++) a += accs[k * HD + d];
+    mine[d] = a;
+  }
+  if (tid == 0) {
+    float ll = 0.f;
+    for (int k = 0; k < NP; k++) ll += ls[k];
+    mine[HD] = ll;
+    mine[HD + 1] = mrun;
+  }
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) last = atomicAdd(cnt + pair, 1) == S - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const float* all = part + (size_t)pair * smax * (HD + 2);
+  float M = NEG_INF;
+  for (int k = 0; k < S; k++) M = fmaxf(M, __ldcg(all + k * (HD + 2) + HD + 1));
   for (int d = tid; d < HD; d += NT) {
     float a = 0.f, ll = 0.f;
-    for (int k = 0; k < NP; k++) {
-      a += accs[k * HD + d];
-      ll += ls[k];
+    for (int k = 0; k < S; k++) {
+      const float m = __ldcg(all + k * (HD + 2) + HD + 1);
+      if (m == NEG_INF) continue;
+      const float f = expf(m - M);
+      a = fmaf(__ldcg(all + k * (HD + 2) + d), f, a);
+      ll = fmaf(__ldcg(all + k * (HD + 2) + HD), f, ll);
     }
     out[(size_t)t * nh * HD + h * HD + d] = ll > 0.f ? a / ll : 0.f;
   }
+  if (tid == 0) cnt[pair] = 0;
 }
 
 #define ATTN_INST(HD)                                                                                     \
   extern "C" __global__ void attention_hd##HD(const float* qkv, float* out, const float* kc, const float* vc, \
                                               const int* slot_list, const int* kvoff, const int* kvlen,      \
                                               const int* cached, const int* maskoff, const u32* mask, int nh, \
-                                              int nkv, float scale) {                                        \
-    attention<HD>(qkv, out, kc, vc, slot_list, kvoff, kvlen, cached, maskoff, mask, nh, nkv, scale);         \
+                                              int nkv, float scale, int t0, int smax, int kmin, float* part, \
+                                              int* cnt) {                                                    \
+    attention<HD>(qkv, out, kc, vc, slot_list, kvoff, kvlen, cached, maskoff, mask, nh, nkv, scale, t0, smax, \
+                  kmin, part, cnt);                                                                          \
   }
 ATTN_INST(8)
 ATTN_INST(16)

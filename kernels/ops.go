@@ -226,16 +226,55 @@ type AttnMeta struct {
 // AttentionHeadDims are the head sizes the attention kernel is built for.
 var AttentionHeadDims = []int{8, 16, 32, 64, 128, 256}
 
+// Split attention (flash-decoding): a query token with kvlen keys is
+// processed by S = clamp(ceil(kvlen/AttnSplitMinKeys), 1, AttnSplits) blocks
+// per head over contiguous key ranges; the last block of a (token, head)
+// to finish combines the partials in split order. S depends on kvlen only,
+// so a token's output bits do not depend on its batch.
+// SPECGATE_ATTN_SPLITS (default 8; 1 turns splitting off) and
+// SPECGATE_ATTN_KMIN (default 32) set them at start-up.
+var (
+	AttnSplits       = envInt("SPECGATE_ATTN_SPLITS", 8, 1, 64)
+	AttnSplitMinKeys = envInt("SPECGATE_ATTN_KMIN", 32, 1, 1<<20)
+)
+
+const (
+	attnPartFloats = 2 << 20 // device scratch for split partials (8 MB)
+	attnCntInts    = 32 << 10
+)
+
+func envInt(name string, def, lo, hi int) int {
+	v, err := strconv.Atoi(os.Getenv(name))
+	if err != nil || v < lo || v > hi {
+		return def
+	}
+	return v
+}
+
 // Attention computes out [T][nh*hd] from q in qkv and one layer's caches.
+// Tokens are launched in chunks small enough for the split scratch; chunks
+// run in stream order, so they share it.
 func (c *Ctx) Attention(qkv, out, kc, vc DevicePtr, m AttnMeta, T, nh, nkv, hd int, scale float32) error {
 	switch hd {
 	case 8, 16, 32, 64, 128, 256:
 	default:
 		return fmt.Errorf("attention head_dim %d (want 8, 16, 32, 64, 128 or 256): %w", hd, ErrBadArg)
 	}
-	return c.launchByNamePDL(fmt.Sprintf("attention_hd%d", hd), Dim3{uint32(T), uint32(nh), 1}, Dim3{256, 1, 1}, 0,
-		P(qkv), P(out), P(kc), P(vc), P(m.SlotList), P(m.KVOff), P(m.KVLen), P(m.Cached), P(m.MaskOff), P(m.Mask),
-		I(nh), I(nkv), F(scale))
+	smax := AttnSplits
+	tc := min(T, attnPartFloats/(nh*smax*(hd+2)), attnCntInts/nh)
+	if T < 1 || nh < 1 || tc < 1 {
+		return fmt.Errorf("attention T=%d nh=%d hd=%d (split scratch too small): %w", T, nh, hd, ErrBadArg)
+	}
+	name := fmt.Sprintf("attention_hd%d", hd)
+	for t0 := 0; t0 < T; t0 += tc {
+		n := min(tc, T-t0)
+		if err := c.launchByNamePDL(name, Dim3{uint32(n), uint32(nh), uint32(smax)}, Dim3{256, 1, 1}, 0,
+			P(qkv), P(out), P(kc), P(vc), P(m.SlotList), P(m.KVOff), P(m.KVLen), P(m.Cached), P(m.MaskOff), P(m.Mask),
+			I(nh), I(nkv), F(scale), I(t0), I(smax), I(AttnSplitMinKeys), P(c.d.attnPart), P(c.d.attnCnt)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // KVGather copies cache[l][src[i]] to tmp[l][i] for i in [0,n), l in [0,L);
