@@ -119,7 +119,7 @@ struct RopeArgs {
   int nh, nkv, hd;
 };
 
-template <int M, int NORM, int MODE>
+template <int M, int NORM, int MODE, int DEEP = 1>
 __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, const int* __restrict__ xrow,
                      const f16* __restrict__ nw, float eps, float* __restrict__ Y, int N, int K, int upb,
                      int prefetch, RopeArgs ra) {
@@ -128,7 +128,10 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
   __shared__ float scale[M];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
   constexpr int R = MODE >= 2 ? 2 : 1;
-  constexpr int D = 8 / R;
+  // Chunks per row in flight per lane. DEEP: 8 per row (one round for
+  // K = 2048), 24 for the residual GEMVs (the 5632-wide down projection in
+  // one round); else 8 per lane in all (round 2). The sum order is the same.
+  constexpr int D = DEEP ? (MODE == 1 ? 24 : 8) : 8 / R;
   const int units = MODE >= 2 ? N / 2 : N;
   const int u0 = blockIdx.x * upb, u1 = min(units, u0 + upb);
   const int nvec = K >> 3;
@@ -301,6 +304,26 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
       int hd) {                                                                                             \
     gemv<M, 1, 3>(W, X, xrow, nw, eps, Y, N, K, upb, pf, RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd}); \
   }
+// Round-2 (shallow) variants of the batch-1 GEMVs, for SPECGATE_GEMV_DEEP=0.
+#define GEMV_INST_S(M)                                                                                      \
+  extern "C" __global__ void __launch_bounds__(256) gemv_norm_s_m##M(GEMV_ARGS) {                            \
+    gemv<M, 1, 0, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE);                                        \
+  }                                                                                                         \
+  extern "C" __global__ void __launch_bounds__(256) gemv_resid_s_m##M(GEMV_ARGS) {                           \
+    gemv<M, 0, 1, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE);                                        \
+  }                                                                                                         \
+  extern "C" __global__ void __launch_bounds__(256) gemv_plain_s_m##M(GEMV_ARGS) {                           \
+    gemv<M, 0, 0, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE);                                        \
+  }                                                                                                         \
+  extern "C" __global__ void __launch_bounds__(256) gemv_swiglu_s_m##M(GEMV_ARGS) {                          \
+    gemv<M, 1, 2, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE);                                        \
+  }                                                                                                         \
+  extern "C" __global__ void __launch_bounds__(256) gemv_qkv_rope_s_m##M(                                    \
+      GEMV_ARGS, const int* pos, const int* slots, const float* inv_freq, float* kc, float* vc, int nh, int nkv, \
+      int hd) {                                                                                             \
+    gemv<M, 1, 3, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd}); \
+  }
+GEMV_INST_S(1)
 GEMV_INST(1)
 GEMV_INST(2)
 GEMV_INST(3)

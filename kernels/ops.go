@@ -54,7 +54,7 @@ func (c *Ctx) Gemv(kind GemvKind, W, X, xrow, nw DevicePtr, eps float32, Y Devic
 	if M < 1 || M > GemvMaxM || K%8 != 0 || N <= 0 || (kind == GemvSwiGLU && N%2 != 0) {
 		return fmt.Errorf("gemv kind %d M=%d N=%d K=%d: %w", kind, M, N, K, ErrBadArg)
 	}
-	name := fmt.Sprintf("%s%d", gemvNames[kind], M)
+	name := gemvName(gemvNames[kind], M)
 	f, err := c.Func(name)
 	if err != nil {
 		return err
@@ -70,6 +70,20 @@ func (c *Ctx) Gemv(kind GemvKind, W, X, xrow, nw DevicePtr, eps float32, Y Devic
 	grid, upb, threads := c.gemvGrid(units, smem)
 	return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
 		P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), I(upb), I(b2i(GemvPrefetch)))
+}
+
+// GemvDeep (default) keeps 8 weight chunks per row in flight per lane (24
+// for the residual GEMVs, so the 5632-wide down projection streams in one
+// round); SPECGATE_GEMV_DEEP=0 selects the round-2 batch-1 kernels (8 per
+// lane in all), for measurements. Both give the same bits.
+var GemvDeep = os.Getenv("SPECGATE_GEMV_DEEP") != "0"
+
+// gemvName is the kernel for prefix ("gemv_norm_m", ...) and M tokens.
+func gemvName(prefix string, M int) string {
+	if !GemvDeep && M == 1 {
+		return fmt.Sprintf("%s_s_m%d", prefix[:len(prefix)-2], M)
+	}
+	return fmt.Sprintf("%s%d", prefix, M)
 }
 
 // GemvWarps fixes the warps per GEMV block (8, 4 or 2); 0 picks per
@@ -156,7 +170,7 @@ func (c *Ctx) GemvQKVRope(W, X, xrow, nw DevicePtr, eps float32, qkv, pos, slots
 	if M < 1 || M > GemvMaxM || H%8 != 0 || hd%2 != 0 || N <= 0 {
 		return fmt.Errorf("gemv_qkv_rope M=%d H=%d heads %d/%d hd %d: %w", M, H, nh, nkv, hd, ErrBadArg)
 	}
-	name := fmt.Sprintf("gemv_qkv_rope_m%d", M)
+	name := gemvName("gemv_qkv_rope_m", M)
 	f, err := c.Func(name)
 	if err != nil {
 		return err
