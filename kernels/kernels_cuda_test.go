@@ -268,7 +268,8 @@ func TestRopeAttention(t *testing.T) {
 		tree                   bool
 	}
 	for _, c0 := range []tc{{64, 4, 2, 5, 3, false}, {128, 8, 2, 0, 6, false}, {64, 4, 1, 1500, 2, false},
-		{64, 4, 4, 7, 7, true}, {32, 2, 1, 3, 40, true}, {8, 6, 2, 9, 5, true}, {16, 2, 1, 2, 4, false}, {256, 2, 2, 4, 3, false}} {
+		{64, 4, 4, 7, 7, true}, {32, 2, 1, 3, 40, true}, {8, 6, 2, 9, 5, true}, {16, 2, 1, 2, 4, false}, {256, 2, 2, 4, 3, false},
+		{64, 4, 2, 300, 8, true}, {128, 4, 1, 97, 5, false}} {
 		hd, nh, nkv, nc, n := c0.hd, c0.nh, c0.nkv, c0.cached, c0.n
 		kvdim, qdim := nkv*hd, nh*hd
 		qkvdim := qdim + 2*kvdim
@@ -410,6 +411,26 @@ func TestRopeAttention(t *testing.T) {
 			}
 			if e := relErr(got, want); e > 1e-5 {
 				t.Errorf("%+v: attention rel err %.3g", c0, e)
+			}
+			// Batch invariance (split attention included): each token alone
+			// gives the same bits as in the batch.
+			one := make([]float32, qdim)
+			for ti := 0; ti < n; ti++ {
+				o := DevicePtr(4 * ti)
+				mi := AttnMeta{SlotList: m.SlotList, KVOff: m.KVOff + o, KVLen: m.KVLen + o, Cached: m.Cached + o,
+					MaskOff: m.MaskOff + o, Mask: m.Mask}
+				if err := c.Attention(dqkv+DevicePtr(4*ti*qkvdim), out, dkc, dvc, mi, 1, nh, nkv, hd, float32(scale)); err != nil {
+					t.Fatal(err)
+				}
+				if err := Download(c, one, out); err != nil {
+					t.Fatal(err)
+				}
+				for e, v := range one {
+					if math.Float32bits(v) != math.Float32bits(got[ti*qdim+e]) {
+						t.Errorf("%+v: token %d alone differs from its batch at %d: %g vs %g", c0, ti, e, v, got[ti*qdim+e])
+						break
+					}
+				}
 			}
 			gk := make([]float32, len(kc))
 			if err := Download(c, gk, dkc); err != nil {
