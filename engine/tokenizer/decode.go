@@ -2,7 +2,6 @@ package tokenizer
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"unicode/utf8"
 )
@@ -186,23 +185,8 @@ func parseDecoder(r json.RawMessage, field string, depth int) (decoder, error) {
 	}
 	switch typ {
 	case "Sequence":
-		var v struct {
-			D []json.RawMessage `json:"decoders"`
-		}
-		if err := json.Unmarshal(r, &v); err != nil {
-			return nil, errf(ErrFormat, field, "%v", err)
-		}
-		var seq decSeq
-		for i, x := range v.D {
-			d, err := parseDecoder(x, fmt.Sprintf("%s.decoders[%d]", field, i), depth+1)
-			if err != nil {
-				return nil, err
-			}
-			if d != nil {
-				seq = append(seq, d)
-			}
-		}
-		return seq, nil
+		seq, err := parseSequence(r, field, "decoders", depth, parseDecoder)
+		return decSeq(seq), err
 	case "ByteLevel":
 		return decByteLevel{}, nil
 	case "Metaspace":

@@ -294,3 +294,36 @@ func TestAddedTokenFlags(t *testing.T) {
 		t.Errorf("Decode = %q", got)
 	}
 }
+
+// TestSequenceNullMembers: a null member of any Sequence component is
+// skipped, as HF does, instead of becoming a nil stage that panics later.
+func TestSequenceNullMembers(t *testing.T) {
+	var m map[string]any
+	if err := json.Unmarshal(byteLevelFixture(t, false), &m); err != nil {
+		t.Fatal(err)
+	}
+	plain, err := FromJSON(byteLevelFixture(t, false), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{nil, m["pre_tokenizer"]}}
+	m["decoder"] = map[string]any{"type": "Sequence", "decoders": []any{m["decoder"], nil}}
+	m["normalizer"] = map[string]any{"type": "Sequence", "normalizers": []any{nil}}
+	m["post_processor"] = map[string]any{"type": "Sequence", "processors": []any{nil, m["post_processor"]}}
+	data, _ := json.Marshal(m)
+	tk, err := FromJSON(data, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"Hello world", " \n aaa é"} {
+		for _, special := range []bool{false, true} {
+			got, want := tk.Encode(s, special), plain.Encode(s, special)
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("Encode(%q, %v) = %v, want %v", s, special, got, want)
+			}
+			if g, w := tk.Decode(got, false), plain.Decode(want, false); g != w {
+				t.Errorf("Decode = %q, want %q", g, w)
+			}
+		}
+	}
+}

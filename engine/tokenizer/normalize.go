@@ -143,6 +143,33 @@ type typed struct {
 	Type string `json:"type"`
 }
 
+// parseSequence parses the list under key of a "Sequence" component at field
+// with parse (one nesting level deeper), dropping null members.
+func parseSequence[T any](r json.RawMessage, field, key string, depth int,
+	parse func(json.RawMessage, string, int) (T, error)) ([]T, error) {
+	var v map[string]json.RawMessage
+	if err := json.Unmarshal(r, &v); err != nil {
+		return nil, errf(ErrFormat, field, "%v", err)
+	}
+	var items []json.RawMessage
+	if raw, ok := v[key]; ok && !isNull(raw) {
+		if err := json.Unmarshal(raw, &items); err != nil {
+			return nil, errf(ErrFormat, field+"."+key, "%v", err)
+		}
+	}
+	var seq []T
+	for i, x := range items {
+		p, err := parse(x, fmt.Sprintf("%s.%s[%d]", field, key, i), depth+1)
+		if err != nil {
+			return nil, err
+		}
+		if any(p) != nil { // T is an interface: a null member parses to nil
+			seq = append(seq, p)
+		}
+	}
+	return seq, nil
+}
+
 func componentType(r json.RawMessage, field string) (string, error) {
 	var t typed
 	if err := json.Unmarshal(r, &t); err != nil {
@@ -197,23 +224,8 @@ func parseNormalizer(r json.RawMessage, field string, depth int) (normalizer, er
 	}
 	switch typ {
 	case "Sequence":
-		var v struct {
-			Normalizers []json.RawMessage `json:"normalizers"`
-		}
-		if err := json.Unmarshal(r, &v); err != nil {
-			return nil, errf(ErrFormat, field, "%v", err)
-		}
-		var seq normSeq
-		for i, x := range v.Normalizers {
-			n, err := parseNormalizer(x, fmt.Sprintf("%s.normalizers[%d]", field, i), depth+1)
-			if err != nil {
-				return nil, err
-			}
-			if n != nil {
-				seq = append(seq, n)
-			}
-		}
-		return seq, nil
+		seq, err := parseSequence(r, field, "normalizers", depth, parseNormalizer)
+		return normSeq(seq), err
 	case "NFC":
 		return normForm{norm.NFC}, nil
 	case "NFD":

@@ -85,23 +85,8 @@ func parsePostProcessor(r json.RawMessage, field string, depth int) (postProcess
 	}
 	switch typ {
 	case "Sequence":
-		var v struct {
-			P []json.RawMessage `json:"processors"`
-		}
-		if err := json.Unmarshal(r, &v); err != nil {
-			return nil, errf(ErrFormat, field, "%v", err)
-		}
-		var seq postSeq
-		for i, x := range v.P {
-			p, err := parsePostProcessor(x, fmt.Sprintf("%s.processors[%d]", field, i), depth+1)
-			if err != nil {
-				return nil, err
-			}
-			if p != nil {
-				seq = append(seq, p)
-			}
-		}
-		return seq, nil
+		seq, err := parseSequence(r, field, "processors", depth, parsePostProcessor)
+		return postSeq(seq), err
 	case "ByteLevel":
 		return postNone{}, nil
 	case "TemplateProcessing":

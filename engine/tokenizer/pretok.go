@@ -2,7 +2,6 @@ package tokenizer
 
 import (
 	"encoding/json"
-	"fmt"
 	"regexp"
 	"strings"
 	"unicode"
@@ -497,21 +496,8 @@ func parsePreTokenizer(r json.RawMessage, field string, depth int) (preTokenizer
 	}
 	switch typ {
 	case "Sequence":
-		var v struct {
-			P []json.RawMessage `json:"pretokenizers"`
-		}
-		if err := json.Unmarshal(r, &v); err != nil {
-			return nil, errf(ErrFormat, field, "%v", err)
-		}
-		var seq preSeq
-		for i, x := range v.P {
-			p, err := parsePreTokenizer(x, fmt.Sprintf("%s.pretokenizers[%d]", field, i), depth+1)
-			if err != nil {
-				return nil, err
-			}
-			seq = append(seq, p)
-		}
-		return seq, nil
+		seq, err := parseSequence(r, field, "pretokenizers", depth, parsePreTokenizer)
+		return preSeq(seq), err
 	case "ByteLevel":
 		v := struct {
 			AddPrefixSpace *bool `json:"add_prefix_space"`
