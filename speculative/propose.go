@@ -1,6 +1,7 @@
 package speculative
 
 import (
+	"fmt"
 	"math"
 	"sort"
 
@@ -116,12 +117,18 @@ func (d *Draft) propose(s *engine.SpecState, st *reqState, rootRow []float32, de
 		}
 		rows, err := d.forwardLevel(st, p.tree, fresh)
 		if err != nil {
+			st.seq.KeepTree(nil) //nolint:errcheck // no tree pending is fine
 			return nil, err
 		}
 		for j, n := range fresh {
 			p.q[n+1] = d.dist(s, rows[j*V:(j+1)*V], p.tree.PathTokens(n), greedy)
 		}
 		frontier = fresh
+	}
+	if st.seq.TreeLen() > 0 {
+		if err := st.seq.KeepTree(nil); err != nil {
+			return nil, err
+		}
 	}
 	p.kids = make([][]int, p.tree.Len()+1)
 	for i, par := range p.tree.Parents {
@@ -132,26 +139,20 @@ func (d *Draft) propose(s *engine.SpecState, st *reqState, rootRow []float32, de
 
 // forwardLevel runs one draft forward that yields the logits rows of the
 // nodes fresh (row-major [len(fresh)][VocabSize]). Chains commit the one new
-// token (cheap; trimmed by the next sync); trees forward the whole tree so
-// far with its parents and drop it again (the engine keeps one pending tree
-// per sequence), so depth d costs d tree levels of draft compute but one
-// forward call.
+// token (cheap; trimmed by the next sync); trees append only the new level
+// to the draft's pending tree (parents index the tree so far, -1 = Pending,
+// the last committed draft token), so depth d costs d levels of draft
+// compute in all, not d². fresh must be the tree's last len(fresh) nodes,
+// in index order (Tree.Add order); propose drops the pending tree at the end.
 func (d *Draft) forwardLevel(st *reqState, t *Tree, fresh []int) ([]float32, error) {
 	if d.cfg.Method == MethodChain {
 		return st.seq.Forward([]int32{t.Tokens[fresh[0]]}, nil, nil)
 	}
-	rows := make([]int32, len(fresh))
-	for i, n := range fresh {
-		rows[i] = int32(n)
+	from := st.seq.TreeLen()
+	if from != fresh[0] || fresh[len(fresh)-1] != t.Len()-1 {
+		return nil, fmt.Errorf("speculative: draft tree holds %d nodes, level is nodes [%d, %d] of %d", from, fresh[0], fresh[len(fresh)-1], t.Len())
 	}
-	lg, err := st.seq.Forward(t.Tokens, t.Parents, rows)
-	if err != nil {
-		return nil, err
-	}
-	if err := st.seq.KeepTree(nil); err != nil {
-		return nil, err
-	}
-	return lg, nil
+	return st.seq.Forward(t.Tokens[from:], t.Parents[from:], nil)
 }
 
 // allocate returns how many children each frontier node gets at level lvl,

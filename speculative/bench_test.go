@@ -1,0 +1,27 @@
+package speculative
+
+import (
+	"os"
+	"testing"
+)
+
+// BenchmarkChainK2 decodes 6 bench prompts × 64 tokens with chain k=2 on
+// the shipped pair (the `go test -cpuprofile` target for the speculative
+// overhead). SPECGATE_BENCH_MODE=plain runs the baseline instead.
+func BenchmarkChainK2(b *testing.B) {
+	target, draft := shippedPair(b)
+	var ps [][]int32
+	for _, p := range BenchPrompts()[:6] {
+		ps = append(ps, target.Tokenizer.Encode(p, true))
+	}
+	mode := BenchMode{"chain k=2", &Config{Method: MethodChain, K: 2}}
+	if os.Getenv("SPECGATE_BENCH_MODE") == "plain" {
+		mode = BenchMode{"plain", nil}
+	}
+	b.ResetTimer()
+	for range b.N {
+		if _, err := Bench(target, draft, BenchOptions{Prompts: ps, MaxNew: 64, Runs: 1, Modes: []BenchMode{mode}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
