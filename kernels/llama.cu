@@ -503,31 +503,56 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
   for (int c0 = kb; c0 < ke; c0 += CH) {
     const int c1 = min(ke, c0 + CH);
     float mloc = NEG_INF;
-    for (int j = c0 + tid; j < c1; j += NT) {
-      const int slot = slot_list[off + j];
-      sl[j - c0] = slot;
-      bool vis = true;
-      if (mo >= 0 && j >= nc) {
-        int i = j - nc;
-        vis = (mask[mo + (i >> 5)] >> (i & 31)) & 1u;
-      }
-      float s = NEG_INF;
-      if (vis) {
-        const float4* kr = (const float4*)(kbase + (size_t)slot * kvdim);
-        float s0 = 0.f, s1 = 0.f;
+    // KR keys per thread per round (2 for head dims <= 64): the slots, then
+    // the key rows, in flight together.
+    constexpr int KR = QPL <= 16 ? 2 : 1;
+    for (int j0 = c0 + tid; j0 < c1; j0 += KR * NT) {
+      int slot2[KR];
+      bool ok[KR];
 #pragma unroll
-        for (int e = 0; e < QPL; e += 2) {
-          float4 k4 = kr[e], q4 = qs4[e];
-          s0 += q4.x * k4.x + q4.y * k4.y + q4.z * k4.z + q4.w * k4.w;
-          if (e + 1 < QPL) {
-            float4 k5 = kr[e + 1], q5 = qs4[e + 1];
-            s1 += q5.x * k5.x + q5.y * k5.y + q5.z * k5.z + q5.w * k5.w;
-          }
-        }
-        s = s0 + s1;
+      for (int r = 0; r < KR; r++) {
+        const int j = j0 + r * NT;
+        ok[r] = j < c1;
+        slot2[r] = ok[r] ? slot_list[off + j] : 0;
       }
-      sc[j - c0] = s;
-      mloc = fmaxf(mloc, s);
+      float4 kk[KR][QPL];
+#pragma unroll
+      for (int r = 0; r < KR; r++) {
+        const int j = j0 + r * NT;
+        bool vis = ok[r];
+        if (vis && mo >= 0 && j >= nc) {
+          int i = j - nc;
+          vis = (mask[mo + (i >> 5)] >> (i & 31)) & 1u;
+        }
+        ok[r] = vis;
+        if (vis) {
+          const float4* kr = (const float4*)(kbase + (size_t)slot2[r] * kvdim);
+#pragma unroll
+          for (int e = 0; e < QPL; e++) kk[r][e] = kr[e];
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < KR; r++) {
+        const int j = j0 + r * NT;
+        if (j >= c1) break;
+        sl[j - c0] = slot2[r];
+        float s = NEG_INF;
+        if (ok[r]) {
+          float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+          for (int e = 0; e < QPL; e += 2) {
+            float4 k4 = kk[r][e], q4 = qs4[e];
+            s0 += q4.x * k4.x + q4.y * k4.y + q4.z * k4.z + q4.w * k4.w;
+            if (e + 1 < QPL) {
+              float4 k5 = kk[r][e + 1], q5 = qs4[e + 1];
+              s1 += q5.x * k5.x + q5.y * k5.y + q5.z * k5.z + q5.w * k5.w;
+            }
+          }
+          s = s0 + s1;
+        }
+        sc[j - c0] = s;
+        mloc = fmaxf(mloc, s);
+      }
     }
     const float mc = block_max(mloc, red);  // its barriers publish sc and sl
     const float mnew = fmaxf(mrun, mc);
@@ -538,40 +563,33 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
       for (int f = 0; f < FPL; f++) {
         acc[f].x *= corr; acc[f].y *= corr; acc[f].z *= corr; acc[f].w *= corr;
       }
-      int j = c0 + pid;
-      constexpr int UV = FPL > 1 ? 4 : 8;  // keys in flight per lane
-      for (; j + (UV - 1) * NP < c1; j += UV * NP) {
+      // UV keys per partial in flight per round; keys past c1 or masked
+      // are skipped (same arithmetic order as one key at a time).
+      constexpr int UV = FPL > 1 ? 4 : 8;
+      for (int j = c0 + pid; j < c1; j += UV * NP) {
         float4 v[UV][FPL];
-        float p[UV];
 #pragma unroll
         for (int u = 0; u < UV; u++) {
-          const float4* vr = (const float4*)(vbase + (size_t)sl[j + u * NP - c0] * kvdim);
+          const int jj = j + u * NP;
+          if (jj < c1) {
+            const float4* vr = (const float4*)(vbase + (size_t)sl[jj - c0] * kvdim);
 #pragma unroll
-          for (int f = 0; f < FPL; f++) v[u][f] = vr[dl + f * LPK];
-        }
-#pragma unroll
-        for (int u = 0; u < UV; u++) {
-          float s = sc[j + u * NP - c0];
-          p[u] = s == NEG_INF ? 0.f : expf(s - mnew);
-          l += p[u];
-#pragma unroll
-          for (int f = 0; f < FPL; f++) {
-            acc[f].x = fmaf(p[u], v[u][f].x, acc[f].x); acc[f].y = fmaf(p[u], v[u][f].y, acc[f].y);
-            acc[f].z = fmaf(p[u], v[u][f].z, acc[f].z); acc[f].w = fmaf(p[u], v[u][f].w, acc[f].w);
+            for (int f = 0; f < FPL; f++) v[u][f] = vr[dl + f * LPK];
           }
         }
-      }
-      for (; j < c1; j += NP) {
-        float s = sc[j - c0];
-        if (s == NEG_INF) continue;
-        float p = expf(s - mnew);
-        l += p;
-        const float4* vr = (const float4*)(vbase + (size_t)sl[j - c0] * kvdim);
 #pragma unroll
-        for (int f = 0; f < FPL; f++) {
-          float4 vv = vr[dl + f * LPK];
-          acc[f].x = fmaf(p, vv.x, acc[f].x); acc[f].y = fmaf(p, vv.y, acc[f].y);
-          acc[f].z = fmaf(p, vv.z, acc[f].z); acc[f].w = fmaf(p, vv.w, acc[f].w);
+        for (int u = 0; u < UV; u++) {
+          const int jj = j + u * NP;
+          if (jj >= c1) break;
+          const float s = sc[jj - c0];
+          if (s == NEG_INF) continue;
+          const float p = expf(s - mnew);
+          l += p;
+#pragma unroll
+          for (int f = 0; f < FPL; f++) {
+            acc[f].x = fmaf(p, v[u][f].x, acc[f].x); acc[f].y = fmaf(p, v[u][f].y, acc[f].y);
+            acc[f].z = fmaf(p, v[u][f].z, acc[f].z); acc[f].w = fmaf(p, v[u][f].w, acc[f].w);
+          }
         }
       }
       mrun = mnew;

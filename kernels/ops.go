@@ -246,10 +246,12 @@ var AttentionHeadDims = []int{8, 16, 32, 64, 128, 256}
 // to finish combines the partials in split order. S depends on kvlen only,
 // so a token's output bits do not depend on its batch.
 // SPECGATE_ATTN_SPLITS (default 8; 1 turns splitting off) and
-// SPECGATE_ATTN_KMIN (default 32) set them at start-up.
+// SPECGATE_ATTN_KMIN (default 256) set them at start-up. Measured on an H100
+// (docs/cuda.md): splitting pays from ~1k keys (ctx 4096: 61 -> 25 µs) but
+// costs ~3.5 µs of combine latency at 256 keys and multiplies waves at T=8.
 var (
 	AttnSplits       = envInt("SPECGATE_ATTN_SPLITS", 8, 1, 64)
-	AttnSplitMinKeys = envInt("SPECGATE_ATTN_KMIN", 32, 1, 1<<20)
+	AttnSplitMinKeys = envInt("SPECGATE_ATTN_KMIN", 256, 1, 1<<20)
 )
 
 const (
