@@ -37,22 +37,47 @@ func (c *controller) expected(depth int) float64 {
 	return e
 }
 
+// costModel prices forwards in units of a one-token target forward.
+type costModel struct {
+	// fwd[n-1] is the time of an n-token target forward (a chain-shaped tree
+	// below the last committed token) over a one-token forward's, measured
+	// on this machine (see measureCosts); nil: linear in verify.
+	fwd    []float64
+	verify float64 // per extra token, beyond the table (or without one)
+	draft  float64 // one draft forward
+}
+
+// linearCosts is the cost model of a configured VerifyCost and DraftCost.
+func linearCosts(verify, draft float64) costModel { return costModel{verify: verify, draft: draft} }
+
+// forward is the cost of a target forward of n >= 1 tokens.
+func (m costModel) forward(n int) float64 {
+	if n <= len(m.fwd) {
+		return m.fwd[n-1]
+	}
+	base := 1.0
+	if k := len(m.fwd); k > 0 {
+		base = m.fwd[k-1] - m.verify*float64(k-1)
+	}
+	return base + m.verify*float64(n-1)
+}
+
 // plan picks the depth (<= limit) maximizing expected tokens per unit of
 // cost, or 0 for a plain step. Costs, in one-token target forwards:
-// speculative step = 1 + verifyCost*nodes(depth) + draftCost*depth (depth
-// draft forwards); plain step of this request = its share of a batched
-// forward with active requests: (1 + verifyCost*(active-1))/active. When
-// even a draft that is always right could not pay (E = 1 + depth), it
-// returns 0 without probing. Otherwise, while plain decoding wins, it probes
-// with depth 1 after probeEvery plain steps, then after twice as many, up to
-// maxProbeEvery, so the estimate can recover at a bounded cost.
-func (c *controller) plan(limit int, nodes func(int) int, verifyCost, draftCost float64, active int) int {
+// speculative step = forward(1 + nodes(depth)) + draft*depth (depth draft
+// forwards); plain step of this request = its share of a batched forward
+// with active requests: forward(active)/active. When even a draft that is
+// always right could not pay (E = 1 + depth), it returns 0 without probing.
+// Otherwise, while plain decoding wins, it probes with depth 1 after
+// probeEvery plain steps, then after twice as many, up to maxProbeEvery, so
+// the estimate can recover at a bounded cost.
+func (c *controller) plan(limit int, nodes func(int) int, cm costModel, active int) int {
 	active = max(active, 1)
-	plain := (1 + verifyCost*float64(active-1)) / float64(active)
+	plain := cm.forward(active) / float64(active)
 	best, bestGain := 0, minGainRatio
 	canPay := false
 	for depth := 1; depth <= min(limit, len(c.acc)); depth++ {
-		cost := 1 + verifyCost*float64(nodes(depth)) + draftCost*float64(depth)
+		cost := cm.forward(1+nodes(depth)) + cm.draft*float64(depth)
 		gain := c.expected(depth) * plain / cost
 		if gain > bestGain {
 			best, bestGain = depth, gain

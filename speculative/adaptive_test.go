@@ -15,15 +15,15 @@ func TestControllerPlan(t *testing.T) {
 	for range 50 {
 		c.update(6, 6)
 	}
-	if d := c.plan(6, chainNodes, 0.05, 0.1, 1); d != 6 {
+	if d := c.plan(6, chainNodes, linearCosts(0.05, 0.1), 1); d != 6 {
 		t.Errorf("full acceptance, cheap verify: depth %d, want 6", d)
 	}
-	if d := c.plan(3, chainNodes, 0.05, 0.1, 1); d != 3 {
+	if d := c.plan(3, chainNodes, linearCosts(0.05, 0.1), 1); d != 3 {
 		t.Errorf("limit 3: depth %d", d)
 	}
 	// under heavy load a batched plain step is cheap: speculation at verify
 	// cost 1 per token cannot pay even at full acceptance.
-	if d := c.plan(6, chainNodes, 1, 0.2, 32); d != 0 {
+	if d := c.plan(6, chainNodes, linearCosts(1, 0.2), 32); d != 0 {
 		t.Errorf("load 32, verify cost 1: depth %d, want 0 (plain)", d)
 	}
 	// always rejected: plain decoding, probing with depth 1 after 8, 16, 32
@@ -34,7 +34,7 @@ func TestControllerPlan(t *testing.T) {
 	}
 	var probes []int
 	for i := range 60 {
-		if r.plan(6, chainNodes, 0.3, 0.2, 1) != 0 {
+		if r.plan(6, chainNodes, linearCosts(0.3, 0.2), 1) != 0 {
 			probes = append(probes, i)
 		}
 	}
@@ -43,7 +43,7 @@ func TestControllerPlan(t *testing.T) {
 	}
 	// when even a perfect draft cannot pay (CPU: verify cost 1), never probe.
 	for i := range 200 {
-		if d := r.plan(6, chainNodes, 1, 0.24, 1); d != 0 {
+		if d := r.plan(6, chainNodes, linearCosts(1, 0.24), 1); d != 0 {
 			t.Fatalf("verify cost 1: step %d speculates at depth %d", i, d)
 		}
 	}
@@ -51,7 +51,7 @@ func TestControllerPlan(t *testing.T) {
 	for range 40 {
 		r.update(6, 6)
 	}
-	if d := r.plan(6, chainNodes, 0.05, 0.1, 1); d < 4 {
+	if d := r.plan(6, chainNodes, linearCosts(0.05, 0.1), 1); d < 4 {
 		t.Errorf("after recovery: depth %d, want >= 4", d)
 	}
 }
@@ -102,4 +102,56 @@ func TestAdaptiveEndToEnd(t *testing.T) {
 		t.Errorf("same request twice: %+v then %+v", bad, again)
 	}
 	t.Logf("identical draft %+v; unrelated draft %+v", good, bad)
+}
+
+func TestCostModel(t *testing.T) {
+	lin := linearCosts(0.3, 0.2)
+	if got := lin.forward(1); got != 1 {
+		t.Errorf("linear forward(1) = %v, want 1", got)
+	}
+	if got := lin.forward(5); got < 2.2-1e-9 || got > 2.2+1e-9 {
+		t.Errorf("linear forward(5) = %v, want 2.2", got)
+	}
+	tab := costModel{fwd: []float64{1, 1.6, 2.5}, verify: 0.5, draft: 0.2}
+	if got := tab.forward(2); got != 1.6 {
+		t.Errorf("table forward(2) = %v, want 1.6", got)
+	}
+	if got := tab.forward(5); got < 3.5-1e-9 || got > 3.5+1e-9 {
+		t.Errorf("table forward(5) = %v, want 2.5 + 2*0.5", got)
+	}
+	// a verify cost of 0.6 per extra token and a 0.2 draft: depth 1 at 60%
+	// acceptance yields 1.6 tokens for 1.8 forwards: plain wins.
+	c := newController(4)
+	for range 50 {
+		c.update(1, 0)
+		c.update(1, 1)
+	}
+	if d := c.plan(4, chainNodes, costModel{fwd: []float64{1, 1.6, 2.6}, verify: 0.6, draft: 0.2}, 1); d != 0 {
+		t.Errorf("costly verify: depth %d, want 0", d)
+	}
+	if d := c.plan(4, chainNodes, costModel{fwd: []float64{1, 1.1, 1.2}, verify: 0.1, draft: 0.05}, 1); d == 0 {
+		t.Errorf("cheap verify: plain, want speculation")
+	}
+}
+
+func TestMeasureCosts(t *testing.T) {
+	cfg := tinyConfig()
+	o := engine.LoadOptions{KVTokens: 512, BlockSize: 4, Threads: 1, DisablePrefixCache: true}
+	target := engine.NewRandomModel(cfg, 5, o)
+	draft := engine.NewRandomModel(cfg, 6, o)
+	cm, err := measureCosts(target, draft, 6, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cm.fwd) != 6 || cm.fwd[0] != 1 || !(cm.draft > 0) || !(cm.verify >= 0) {
+		t.Fatalf("cost model %+v: want 6 entries, fwd[0] = 1, draft > 0, verify >= 0", cm)
+	}
+	for i := 1; i < len(cm.fwd); i++ {
+		if cm.fwd[i] < cm.fwd[i-1] {
+			t.Errorf("fwd %v not non-decreasing at %d", cm.fwd, i)
+		}
+	}
+	if u, v := target.KV().UsedBlocks(), draft.KV().UsedBlocks(); u != 0 || v != 0 {
+		t.Errorf("KV leak: target %d, draft %d blocks in use", u, v)
+	}
 }

@@ -52,17 +52,19 @@ type BenchMode struct {
 }
 
 // DefaultBenchModes are the rows of `specgate bench-spec`: plain, chains of
-// 2, 4 and 6, a small and a large static tree, a dynamic tree, and the
-// adaptive dynamic tree.
+// 1, 2, 4 and 6, a small and a large static tree, a dynamic tree, and the
+// adaptive chain and dynamic tree (costs measured on the machine at hand).
 func DefaultBenchModes() []BenchMode {
 	return []BenchMode{
 		{"plain", nil},
+		{"chain k=1", &Config{Method: MethodChain, K: 1}},
 		{"chain k=2", &Config{Method: MethodChain, K: 2}},
 		{"chain k=4", &Config{Method: MethodChain, K: 4}},
 		{"chain k=6", &Config{Method: MethodChain, K: 6}},
 		{"tree [2,2,1] n<=8", &Config{Method: MethodTree, K: 4, Branching: []int{2, 2, 1}, Budget: 8}},
 		{"tree [4,2,2,1] n<=16", &Config{Method: MethodTree, K: 5, Branching: []int{4, 2, 2, 1}, Budget: 16}},
 		{"dynamic w=4 n<=12", &Config{Method: MethodDynamic, K: 5, Width: 4, Budget: 12}},
+		{"chain adaptive", &Config{Method: MethodChain, K: 4, Adaptive: true}},
 		{"dynamic adaptive", &Config{Method: MethodDynamic, K: 5, Width: 4, Budget: 12, Adaptive: true}},
 	}
 }

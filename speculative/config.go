@@ -56,6 +56,12 @@ type Config struct {
 	// plainly while speculation does not pay.
 	Adaptive bool
 	// VerifyCost is the cost of one extra token in a target forward,
+	// relative to a one-token target forward. When Adaptive and both
+	// VerifyCost and DraftCost are 0, the speculator instead measures, once
+	// at its first adaptive Step, the time of target forwards of 1..nodes+1
+	// tokens and of a draft forward on this machine (measureCosts) and plans
+	// with that table; the defaults below are used if the measurement fails.
+	// Otherwise: the cost of one extra token in a target forward,
 	// relative to a one-token target forward; 0 = 0.3 on the CPU backend
 	// (`specgate bench-spec` measured 0.30 for an 8-token tree on the shipped
 	// pair with the multi-token fp16 kernels of engine 0b08f99; 0.96 before
@@ -144,6 +150,7 @@ func NewDraft(target, draft *engine.Model, cfg Config) (*Draft, error) {
 	if err := CheckVocab(target, draft); err != nil {
 		return nil, err
 	}
+	measure := c.Adaptive && c.VerifyCost == 0 && c.DraftCost == 0
 	if c.VerifyCost == 0 {
 		c.VerifyCost = 0.1
 		if _, cpu := target.Backend().(*engine.CPUBackend); cpu {
@@ -153,7 +160,7 @@ func NewDraft(target, draft *engine.Model, cfg Config) (*Draft, error) {
 	if c.DraftCost == 0 {
 		c.DraftCost = flopsPerToken(draft.Config)/flopsPerToken(target.Config) + 0.05
 	}
-	return &Draft{target: target, draft: draft, cfg: c}, nil
+	return &Draft{target: target, draft: draft, cfg: c, measure: measure, costs: linearCosts(c.VerifyCost, c.DraftCost)}, nil
 }
 
 // CheckVocab returns nil when draft can propose for target: equal

@@ -3,6 +3,8 @@ package speculative
 import (
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/specgate/specgate/engine"
 )
@@ -14,6 +16,12 @@ import (
 type Draft struct {
 	target, draft *engine.Model
 	cfg           Config
+
+	// measure: calibrate costs once at the first adaptive Step (costOnce);
+	// costs is the adaptive controller's cost model (read-only after that).
+	measure  bool
+	costOnce sync.Once
+	costs    costModel
 
 	// rule selects the stochastic acceptance rule; tests set deliberately
 	// wrong ones (negative controls). Zero = the lossless rule.
@@ -71,7 +79,14 @@ func (d *Draft) Step(s *engine.SpecState) ([]int32, error) {
 	limit := min(d.cfg.K, s.MaxNew-1, maxPos-1-committed)
 	depth := limit
 	if d.cfg.Adaptive && limit > 0 {
-		depth = st.ctl.plan(limit, d.nodesAt, d.cfg.VerifyCost, d.cfg.DraftCost, s.Active)
+		if d.measure {
+			d.costOnce.Do(func() {
+				if cm, err := measureCosts(d.target, d.draft, min(d.nodesAt(d.cfg.K)+1, 32), 5); err == nil {
+					d.costs = cm
+				}
+			})
+		}
+		depth = st.ctl.plan(limit, d.nodesAt, d.costs, s.Active)
 	}
 	if depth <= 0 {
 		return s.PlainStep()
@@ -159,4 +174,74 @@ func (d *Draft) nodesAt(depth int) int {
 		}
 	}
 	return n
+}
+
+// measureCosts times target forwards of n = 1..maxN tokens (a chain-shaped
+// tree below a context of up to 64 tokens; maxN is capped at half the
+// models' context length, dropped again) and one-token draft
+// forwards, reps rounds interleaved, and returns the cost model of the
+// fastest time of each (the least disturbed by other load): fwd[n-1] =
+// t(n)/t(1), made non-decreasing; verify = the mean slope over the table
+// (for larger forwards); draft = t_draft(1)/t(1). It allocates two short
+// sequences from the models' KV pools and frees them.
+func measureCosts(target, draft *engine.Model, maxN, reps int) (costModel, error) {
+	V := min(target.Config.VocabSize, draft.Config.VocabSize)
+	maxPos := min(target.Config.MaxPositions, draft.Config.MaxPositions)
+	maxN = min(maxN, maxPos/2)
+	ctx := make([]int32, max(min(64, maxPos-maxN-1), 1))
+	for i := range ctx {
+		ctx[i] = int32((5 + i%50) % V)
+	}
+	ts, ds := target.NewSequence(), draft.NewSequence()
+	defer ts.Free()
+	defer ds.Free()
+	if _, err := ts.Forward(ctx, nil, []int32{}); err != nil {
+		return costModel{}, err
+	}
+	if _, err := ds.Forward(ctx, nil, []int32{}); err != nil {
+		return costModel{}, err
+	}
+	toks, par := make([]int32, maxN), make([]int32, maxN)
+	for i := range toks {
+		toks[i], par[i] = int32((7+i%50)%V), int32(i)-1
+	}
+	timeit := func(s *engine.Sequence, n int) (time.Duration, error) {
+		t0 := time.Now()
+		if _, err := s.Forward(toks[:n], par[:n], nil); err != nil {
+			return 0, err
+		}
+		d := time.Since(t0)
+		return d, s.KeepTree(nil)
+	}
+	best := make([]time.Duration, maxN+1) // best[n]; best[0] = draft
+	for r := range reps + 1 {             // round 0 warms up
+		for n := 0; n <= maxN; n++ {
+			s, k := ts, n
+			if n == 0 {
+				s, k = ds, 1
+			}
+			dt, err := timeit(s, k)
+			if err != nil {
+				return costModel{}, err
+			}
+			if r == 1 || (r > 1 && dt < best[n]) {
+				best[n] = dt
+			}
+		}
+	}
+	t1 := best[1].Seconds()
+	if !(t1 > 0) {
+		return costModel{}, fmt.Errorf("speculative: measureCosts: one-token forward took %v", best[1])
+	}
+	cm := costModel{fwd: make([]float64, maxN), draft: best[0].Seconds() / t1}
+	for n := 1; n <= maxN; n++ {
+		cm.fwd[n-1] = best[n].Seconds() / t1
+		if n > 1 {
+			cm.fwd[n-1] = max(cm.fwd[n-1], cm.fwd[n-2])
+		}
+	}
+	if maxN > 1 {
+		cm.verify = (cm.fwd[maxN-1] - 1) / float64(maxN-1)
+	}
+	return cm, nil
 }
