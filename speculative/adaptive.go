@@ -8,6 +8,43 @@ type controller struct {
 	acc      []float64 // acc[d-1] ≈ P(a node at depth d is accepted | depth d-1 was)
 	plainRun int       // consecutive plain steps chosen by plan since the last probe
 	interval int       // plain steps before the next probe (doubles after each probe, up to maxProbeEvery)
+	// calib[b] ≈ P(a greedy chain node is accepted | its parent was, and the
+	// draft's top probability where it was drawn fell in bin b of confBins
+	// equal bins); seen[b] counts the observations (running mean, then EWMA).
+	calib [confBins]float64
+	seen  [confBins]int
+}
+
+// confBins is the number of draft-confidence bins of the calibration.
+const confBins = 10
+
+// accept estimates the acceptance probability of a node drawn where the
+// draft's top probability was c: the calibrated rate of c's bin (prior: c).
+func (c *controller) acceptProb(conf float64) float64 {
+	b := min(max(int(conf*confBins), 0), confBins-1)
+	if c.seen[b] == 0 {
+		return conf
+	}
+	return c.calib[b]
+}
+
+// calibrate records greedy chain nodes drawn at confidences confs (root
+// first) of which the first accepted were accepted (the rest untried after
+// the first rejection).
+func (c *controller) calibrate(confs []float64, accepted int) {
+	for d, conf := range confs {
+		if d > accepted {
+			break
+		}
+		x := 0.0
+		if d < accepted {
+			x = 1
+		}
+		b := min(max(int(conf*confBins), 0), confBins-1)
+		c.seen[b]++
+		w := max(ewmaWeight, 1/float64(c.seen[b]))
+		c.calib[b] += w * (x - c.calib[b])
+	}
 }
 
 const (
@@ -100,6 +137,19 @@ func (c *controller) plan(limit int, nodes func(int) int, cm costModel, active i
 		return 1
 	}
 	return 0
+}
+
+// canPay reports whether a step of some depth <= limit could beat plain
+// decoding if every proposed token were accepted (E = 1 + depth).
+func (c *controller) canPay(limit int, nodes func(int) int, cm costModel, active int) bool {
+	active = max(active, 1)
+	plain := cm.forward(active) / float64(active)
+	for depth := 1; depth <= min(limit, len(c.acc)); depth++ {
+		if float64(1+depth)*plain/(cm.forward(1+nodes(depth))+cm.draft*float64(depth)) > minGainRatio {
+			return true
+		}
+	}
+	return false
 }
 
 // update records one verified step: at depths 1..trials a choice was tried,

@@ -78,6 +78,7 @@ func (d *Draft) Step(s *engine.SpecState) ([]int32, error) {
 	maxPos := min(d.target.Config.MaxPositions, d.draft.Config.MaxPositions)
 	limit := min(d.cfg.K, s.MaxNew-1, maxPos-1-committed)
 	depth := limit
+	var conf *costModel // adaptive greedy chains: depth from the draft's confidence
 	if d.cfg.Adaptive && limit > 0 {
 		if d.measure {
 			d.costOnce.Do(func() {
@@ -86,7 +87,16 @@ func (d *Draft) Step(s *engine.SpecState) ([]int32, error) {
 				}
 			})
 		}
-		depth = st.ctl.plan(limit, d.nodesAt, d.costs, s.Active)
+		if d.cfg.Method == MethodChain && s.Params.Temperature <= 0 && s.Active <= 1 {
+			// per step from the draft's confidence (propose), unless even an
+			// always-right draft could not pay.
+			if !st.ctl.canPay(limit, d.nodesAt, d.costs, s.Active) {
+				depth = 0
+			}
+			conf = &d.costs
+		} else {
+			depth = st.ctl.plan(limit, d.nodesAt, d.costs, s.Active)
+		}
 	}
 	if depth <= 0 {
 		return s.PlainStep()
@@ -100,7 +110,7 @@ func (d *Draft) Step(s *engine.SpecState) ([]int32, error) {
 	if err != nil {
 		return nil, fmt.Errorf("speculative: draft catch-up: %w", err)
 	}
-	p, err := d.propose(s, st, rootRow, depth)
+	p, err := d.propose(s, st, rootRow, depth, conf)
 	if errors.Is(err, engine.ErrKVExhausted) {
 		st.seq.Truncate(0)
 		return s.PlainStep()
@@ -125,6 +135,7 @@ func (d *Draft) Step(s *engine.SpecState) ([]int32, error) {
 	s.Stats.Proposed += p.tree.Len()
 	s.Stats.Accepted += len(path)
 	st.ctl.update(trials, len(path))
+	st.ctl.calibrate(p.conf, len(path))
 	out := make([]int32, 0, len(path)+1)
 	for _, n := range path {
 		out = append(out, p.tree.Tokens[n])

@@ -19,6 +19,9 @@ type proposal struct {
 	greedy bool
 	// kids[v+1] lists v's children in proposal (draw) order.
 	kids [][]int
+	// conf[d] is the draft's top probability where the depth-d+1 node of a
+	// confidence-stopped greedy chain was drawn (see propose).
+	conf []float64
 }
 
 // greedyParams is the distribution greedy proposals rank candidates by: the
@@ -61,6 +64,21 @@ func (d *Draft) dist(s *engine.SpecState, row []float32, path []int32, greedy bo
 	return out
 }
 
+// maxProb is the largest probability of softmax(row) (row non-empty).
+func maxProb(row []float32) float64 {
+	mx := row[0]
+	for _, v := range row {
+		mx = max(mx, v)
+	}
+	var sum float64
+	for _, v := range row {
+		if x := float64(v - mx); x > -40 {
+			sum += math.Exp(x)
+		}
+	}
+	return 1 / sum
+}
+
 // softmax64 writes softmax(row) into out (len(row)) and returns it.
 func softmax64(row []float32, out []float64) []float64 {
 	mx := float64(row[0])
@@ -83,15 +101,42 @@ func softmax64(row []float32, out []float64) []float64 {
 // draft sequence ends at Pending on entry (rootRow is its last logits row);
 // on return it holds the same tokens (trees) or Pending plus the chain's
 // first depth-1 tokens (chains), which the next sync trims.
-func (d *Draft) propose(s *engine.SpecState, st *reqState, rootRow []float32, depth int) (*proposal, error) {
+//
+// With cm non-nil (adaptive greedy chains) the chain stops at the depth D
+// that maximizes the step's expected tokens per cost, E(D)/cost(D), where
+// E(D) = 1 + Σ_{d≤D} Π_{i≤d} c_i with c_i the draft's top probability at
+// level i (its confidence, read before level i's token is added) and
+// cost(D) = cm.forward(1+D) + cm.draft·max(D, 1) (the catch-up forward is
+// paid either way); D = 0 (an empty proposal: a plain step) when no level
+// beats 1/(1 + cm.draft). Greedy output does not depend on the proposal, so
+// this stays lossless.
+func (d *Draft) propose(s *engine.SpecState, st *reqState, rootRow []float32, depth int, cm *costModel) (*proposal, error) {
+	// (c_i is calibrated per request: controller.acceptProb.)
 	greedy := s.Params.Temperature <= 0
 	p := &proposal{tree: &Tree{}, greedy: greedy}
+	confStop := cm != nil && greedy && d.cfg.Method == MethodChain
+	var expTok, run, bestRatio float64
+	if confStop {
+		expTok, run, bestRatio = 1, 1, 1/(1+cm.draft)
+	}
+	lastRow := rootRow
 	p.q = [][]float64{d.dist(s, rootRow, nil, greedy)}
 	cums := []float64{1} // cumulative draft probability, indexed like q
 	frontier := []int{-1}
 	budget := d.cfg.Budget
 	V := d.draft.Config.VocabSize
 	for lvl := 1; lvl <= depth; lvl++ {
+		if confStop {
+			conf := maxProb(lastRow)
+			c := st.ctl.acceptProb(conf)
+			e := expTok + run*c
+			ratio := e / (cm.forward(1+lvl) + cm.draft*float64(lvl))
+			if ratio <= bestRatio {
+				break
+			}
+			expTok, run, bestRatio = e, run*c, ratio
+			p.conf = append(p.conf, conf)
+		}
 		counts := d.allocate(p, cums, frontier, lvl, budget-p.tree.Len())
 		var fresh []int
 		for i, f := range frontier {
@@ -123,6 +168,7 @@ func (d *Draft) propose(s *engine.SpecState, st *reqState, rootRow []float32, de
 		for j, n := range fresh {
 			p.q[n+1] = d.dist(s, rows[j*V:(j+1)*V], p.tree.PathTokens(n), greedy)
 		}
+		lastRow = rows[:V]
 		frontier = fresh
 	}
 	if st.seq.TreeLen() > 0 {
