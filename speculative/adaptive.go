@@ -139,19 +139,6 @@ func (c *controller) plan(limit int, nodes func(int) int, cm costModel, active i
 	return 0
 }
 
-// canPay reports whether a step of some depth <= limit could beat plain
-// decoding if every proposed token were accepted (E = 1 + depth).
-func (c *controller) canPay(limit int, nodes func(int) int, cm costModel, active int) bool {
-	active = max(active, 1)
-	plain := cm.forward(active) / float64(active)
-	for depth := 1; depth <= min(limit, len(c.acc)); depth++ {
-		if float64(1+depth)*plain/(cm.forward(1+nodes(depth))+cm.draft*float64(depth)) > minGainRatio {
-			return true
-		}
-	}
-	return false
-}
-
 // update records one verified step: at depths 1..trials a choice was tried,
 // and the first accepted ones succeeded.
 func (c *controller) update(trials, accepted int) {

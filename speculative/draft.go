@@ -82,20 +82,16 @@ func (d *Draft) Step(s *engine.SpecState) ([]int32, error) {
 	if d.cfg.Adaptive && limit > 0 {
 		if d.measure {
 			d.costOnce.Do(func() {
-				if cm, err := measureCosts(d.target, d.draft, min(d.nodesAt(d.cfg.K)+1, 32), 5); err == nil {
+				if cm, err := measureCosts(d.target, d.draft, min(d.nodesAt(d.cfg.K)+1, 32), 12); err == nil {
 					d.costs = cm
 				}
 			})
 		}
-		if d.cfg.Method == MethodChain && s.Params.Temperature <= 0 && s.Active <= 1 {
-			// per step from the draft's confidence (propose), unless even an
-			// always-right draft could not pay.
-			if !st.ctl.canPay(limit, d.nodesAt, d.costs, s.Active) {
-				depth = 0
-			}
-			conf = &d.costs
-		} else {
-			depth = st.ctl.plan(limit, d.nodesAt, d.costs, s.Active)
+		depth = st.ctl.plan(limit, d.nodesAt, d.costs, s.Active)
+		if depth > 0 && d.cfg.Method == MethodChain && s.Params.Temperature <= 0 {
+			// greedy chains: the plan decides whether to speculate; how deep
+			// follows the draft's confidence per level (propose).
+			depth, conf = limit, &d.costs
 		}
 	}
 	if depth <= 0 {

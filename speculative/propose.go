@@ -102,13 +102,13 @@ func softmax64(row []float32, out []float64) []float64 {
 // on return it holds the same tokens (trees) or Pending plus the chain's
 // first depth-1 tokens (chains), which the next sync trims.
 //
-// With cm non-nil (adaptive greedy chains) the chain stops at the depth D
-// that maximizes the step's expected tokens per cost, E(D)/cost(D), where
+// With cm non-nil (adaptive greedy chains that the controller's plan chose
+// to speculate: the first level is always proposed) the chain stops at the
+// depth D >= 1 that maximizes the step's expected tokens per cost, E(D)/cost(D), where
 // E(D) = 1 + Σ_{d≤D} Π_{i≤d} c_i with c_i the draft's top probability at
 // level i (its confidence, read before level i's token is added) and
 // cost(D) = cm.forward(1+D) + cm.draft·max(D, 1) (the catch-up forward is
-// paid either way); D = 0 (an empty proposal: a plain step) when no level
-// beats 1/(1 + cm.draft). Greedy output does not depend on the proposal, so
+// paid either way). Greedy output does not depend on the proposal, so
 // this stays lossless.
 func (d *Draft) propose(s *engine.SpecState, st *reqState, rootRow []float32, depth int, cm *costModel) (*proposal, error) {
 	// (c_i is calibrated per request: controller.acceptProb.)
@@ -131,7 +131,7 @@ func (d *Draft) propose(s *engine.SpecState, st *reqState, rootRow []float32, de
 			c := st.ctl.acceptProb(conf)
 			e := expTok + run*c
 			ratio := e / (cm.forward(1+lvl) + cm.draft*float64(lvl))
-			if ratio <= bestRatio {
+			if ratio <= bestRatio && lvl > 1 {
 				break
 			}
 			expTok, run, bestRatio = e, run*c, ratio
