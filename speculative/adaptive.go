@@ -53,6 +53,7 @@ const (
 	probeEvery    = 8    // after this many plain steps, probe with depth 1 ...
 	maxProbeEvery = 128  // ... backing off exponentially up to this interval
 	minGainRatio  = 1.0  // speculate only when the expected gain exceeds plain decoding
+	measuredGain  = 1.08 // ... by this much with a measured cost table (costModel.margin)
 )
 
 func newController(maxDepth int) controller {
@@ -82,6 +83,10 @@ type costModel struct {
 	fwd    []float64
 	verify float64 // per extra token, beyond the table (or without one)
 	draft  float64 // one draft forward
+	// margin is the expected gain over plain decoding a step must exceed
+	// (0 = minGainRatio): measured tables carry timing noise and leave the
+	// draft's catch-up after plain runs unpriced, so they ask for more.
+	margin float64
 }
 
 // linearCosts is the cost model of a configured VerifyCost and DraftCost.
@@ -112,6 +117,9 @@ func (c *controller) plan(limit int, nodes func(int) int, cm costModel, active i
 	active = max(active, 1)
 	plain := cm.forward(active) / float64(active)
 	best, bestGain := 0, minGainRatio
+	if cm.margin > 0 {
+		bestGain = cm.margin
+	}
 	canPay := false
 	for depth := 1; depth <= min(limit, len(c.acc)); depth++ {
 		cost := cm.forward(1+nodes(depth)) + cm.draft*float64(depth)

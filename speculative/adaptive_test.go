@@ -132,6 +132,17 @@ func TestCostModel(t *testing.T) {
 	if d := c.plan(4, chainNodes, costModel{fwd: []float64{1, 1.1, 1.2}, verify: 0.1, draft: 0.05}, 1); d == 0 {
 		t.Errorf("cheap verify: plain, want speculation")
 	}
+	// at the ~55% acceptance estimate depth 1 yields ~1.55 tokens for 1.5
+	// forwards (gain ~1.03): speculation without a margin, plain with the
+	// measured margin.
+	lean := costModel{fwd: []float64{1, 1.3, 1.9}, verify: 0.45, draft: 0.2}
+	if d := c.plan(1, chainNodes, lean, 1); d != 1 {
+		t.Errorf("gain ~1.03, no margin: depth %d, want 1", d)
+	}
+	lean.margin = measuredGain
+	if d := c.plan(1, chainNodes, lean, 1); d != 0 {
+		t.Errorf("gain ~1.03, margin %v: depth %d, want 0", measuredGain, d)
+	}
 }
 
 func TestMeasureCosts(t *testing.T) {

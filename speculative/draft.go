@@ -240,7 +240,7 @@ func measureCosts(target, draft *engine.Model, maxN, reps int) (costModel, error
 	if !(t1 > 0) {
 		return costModel{}, fmt.Errorf("speculative: measureCosts: one-token forward took %v", best[1])
 	}
-	cm := costModel{fwd: make([]float64, maxN), draft: best[0].Seconds() / t1}
+	cm := costModel{fwd: make([]float64, maxN), draft: best[0].Seconds() / t1, margin: measuredGain}
 	for n := 1; n <= maxN; n++ {
 		cm.fwd[n-1] = best[n].Seconds() / t1
 		if n > 1 {
