@@ -67,9 +67,6 @@ func checkGolden(t *testing.T, dir string) {
 	if b, err := os.ReadFile(filepath.Join(dir, "model_dir")); err == nil {
 		modelDir = filepath.Join("..", strings.TrimSpace(string(b)))
 	}
-	if testing.Short() && modelDir != dir {
-		t.Skip("shipped model skipped under -short")
-	}
 	m, err := Load(modelDir, LoadOptions{SkipTokenizer: true, KVTokens: 4096, DisablePrefixCache: true})
 	if err != nil {
 		t.Fatal(err)
