@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -29,30 +28,10 @@ func TestBenchGatewayRuns(t *testing.T) {
 	if _, err := exec.LookPath("wrk"); err != nil {
 		t.Skip("wrk not installed (apt-get install wrk)")
 	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := os.Stdout
-	os.Stdout = w
-	done := make(chan []byte)
-	go func() {
-		var buf []byte
-		b := make([]byte, 4096)
-		for {
-			n, err := r.Read(b)
-			buf = append(buf, b[:n]...)
-			if err != nil {
-				done <- buf
-				return
-			}
-		}
-	}()
 	start := time.Now()
-	err = runBenchGateway([]string{"--rates", "200", "--duration", "1s", "--warmup", "0s"})
-	os.Stdout = old
-	w.Close()
-	out := string(<-done)
+	out, err := captureStdout(t, func() error {
+		return runBenchGateway([]string{"--rates", "200", "--duration", "1s", "--warmup", "0s"})
+	})
 	if err != nil {
 		t.Fatalf("bench-gateway: %v\n%s", err, out)
 	}
