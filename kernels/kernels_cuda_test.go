@@ -148,6 +148,29 @@ func TestDeviceInfo(t *testing.T) {
 	}
 }
 
+// gemvConfig selects a GEMV family (and for the ring a grid cap) for a test.
+type gemvConfig struct {
+	variant   string
+	maxBlocks int
+}
+
+var gemvConfigs = []gemvConfig{{GemvRing, 0}, {GemvRing, 1}, {GemvRing, 3}, {GemvDeep, 0}, {GemvShallow, 0}}
+
+func (g gemvConfig) String() string {
+	if g.maxBlocks > 0 {
+		return fmt.Sprintf("%s(<=%d blocks)", g.variant, g.maxBlocks)
+	}
+	return g.variant
+}
+
+// with runs f with this family selected (on the GPU worker; restored after).
+func (g gemvConfig) with(f func()) {
+	pv, pm := GemvVariant, gemvRingMaxBlocks
+	GemvVariant, gemvRingMaxBlocks = g.variant, g.maxBlocks
+	defer func() { GemvVariant, gemvRingMaxBlocks = pv, pm }()
+	f()
+}
+
 func TestGemv(t *testing.T) {
 	d := testDevice(t)
 	r := rand.New(rand.NewPCG(rand.Uint64(), 1))
@@ -228,6 +251,35 @@ func TestGemv(t *testing.T) {
 					}
 					if e := relErr(got, want); e > 1e-5 {
 						t.Errorf("kind %d N=%d K=%d M=%d: rel err %.3g", kind, N, K, M, e)
+					}
+					// Every GEMV family gives the same bits at batch 1, the
+					// ring also when its grid is capped so that each warp
+					// streams many units (crossing unit boundaries inside
+					// its register ring).
+					if M == 1 {
+						for _, g := range gemvConfigs {
+							var dY2 DevicePtr
+							if kind == GemvResid {
+								dY2 = devBuf(t, c, Y0, 4)
+							} else {
+								dY2 = poisoned(t, c, outW)
+							}
+							g.with(func() {
+								if err := c.Gemv(kind, dW, dX, dxr, dnw, eps, dY2, 1, N, K); err != nil {
+									t.Fatal(err)
+								}
+							})
+							again := make([]float32, outW)
+							if err := Download(c, again, dY2); err != nil {
+								t.Fatal(err)
+							}
+							for i := range again {
+								if math.Float32bits(again[i]) != math.Float32bits(got[i]) {
+									t.Fatalf("kind %d N=%d K=%d: GEMV %s differs from %s at %d: %v vs %v", kind, N, K, g, GemvVariant, i, again[i], got[i])
+								}
+							}
+							c.Free(dY2)
+						}
 					}
 					// Batch invariance: token 0 alone gives the same bits.
 					if kind != GemvResid && M > 1 {
@@ -791,18 +843,27 @@ func TestGemvQKVRope(t *testing.T) {
 				mk := func() out {
 					return out{poisoned(t, c, M*N), poisoned(t, c, slots*kvdim), poisoned(t, c, slots*kvdim)}
 				}
-				ref, fused, pre := mk(), mk(), mk()
+				ref, pre := mk(), mk()
 				tmp := poisoned(t, c, M*N)
 				const eps = 1e-5
-				if err := c.Gemv(GemvNorm, dW, dX, 0, dnw, eps, ref.qkv, M, N, H); err != nil {
-					t.Fatal(err)
-				}
+				gemvConfig{GemvDeep, 0}.with(func() {
+					if err := c.Gemv(GemvNorm, dW, dX, 0, dnw, eps, ref.qkv, M, N, H); err != nil {
+						t.Fatal(err)
+					}
+				})
 				if err := c.RopeAppend(ref.qkv, dpos, dsl, dinv, ref.kc, ref.vc, M, nh, nkv, hd); err != nil {
 					t.Fatal(err)
 				}
 				prev := c.SetPDL(true)
-				if err := c.GemvQKVRope(dWp, dX, 0, dnw, eps, fused.qkv, dpos, dsl, dinv, fused.kc, fused.vc, M, H, nh, nkv, hd); err != nil {
-					t.Fatal(err)
+				outs := map[string]out{"rope_append_perm": pre}
+				for _, g := range gemvConfigs {
+					o := mk()
+					g.with(func() {
+						if err := c.GemvQKVRope(dWp, dX, 0, dnw, eps, o.qkv, dpos, dsl, dinv, o.kc, o.vc, M, H, nh, nkv, hd); err != nil {
+							t.Fatal(err)
+						}
+					})
+					outs["fused "+g.String()] = o
 				}
 				if err := c.Gemv(GemvNorm, dWp, dX, 0, dnw, eps, tmp, M, N, H); err != nil {
 					t.Fatal(err)
@@ -820,7 +881,7 @@ func TestGemvQKVRope(t *testing.T) {
 				}
 				want := get(ref.qkv, M*N)
 				wk, wv := get(ref.kc, slots*kvdim), get(ref.vc, slots*kvdim)
-				for name, o := range map[string]out{"fused": fused, "rope_append_perm": pre} {
+				for name, o := range outs {
 					got := get(o.qkv, M*N)
 					for i := range want {
 						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {

@@ -119,6 +119,133 @@ struct RopeArgs {
   int nh, nkv, hd;
 };
 
+// gemv_stage (after pdl_wait): the block's inputs into shared memory xs
+// [M][K]. NORM: xs = x * nw and scale[m] = rsqrt(mean(x^2) + eps), applied
+// to the dot products (nw and x are loaded in the same round trip). One warp
+// sums row m's squares in a fixed order (lane-strided, then warp_sum), so
+// the scale does not depend on the block size or on M.
+template <int M, int NORM>
+__device__ __forceinline__ void gemv_stage(const float* __restrict__ X, const int* __restrict__ xrow,
+                                           const f16* __restrict__ nw, float eps, int K, float* xs, float* scale) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
+  if (NORM) {
+    for (int m = warp; m < M; m += nwarps) {
+      const float* src = X + (size_t)(xrow ? xrow[m] : m) * K;
+      float ss = 0.f;
+      for (int k = lane * 4; k < K; k += 128) {
+        const float4 v = *(const float4*)(src + k);
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+      }
+      ss = warp_sum(ss);
+      if (lane == 0) scale[m] = rsqrtf(ss / (float)K + eps);
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < M; m++) {
+    const float* src = X + (size_t)(xrow ? xrow[m] : m) * K;
+    for (int k = tid * 4; k < K; k += blockDim.x * 4) {
+      float4 v = *(const float4*)(src + k);
+      if (NORM) {
+        const uint2 g = *(const uint2*)(nw + k);
+        const float2 g0 = h2x2(g.x), g1 = h2x2(g.y);
+        v.x *= g0.x; v.y *= g0.y; v.z *= g1.x; v.w *= g1.y;
+      }
+      *(float4*)(xs + m * K + k) = v;
+    }
+  }
+  __syncthreads();
+}
+
+// gemv_dot: acc[m] += one 16-byte weight chunk (8 fp16 at column k) times
+// xs[m][k .. k+8), in the order every GEMV kernel uses (the bits of a row
+// depend only on its chunks' order, which is increasing in k per lane).
+template <int M>
+__device__ __forceinline__ void gemv_dot(const uint4 w, const float* xs, int K, int k, float (&acc)[M]) {
+  const float2 w0 = h2x2(w.x), w1 = h2x2(w.y), w2 = h2x2(w.z), w3 = h2x2(w.w);
+#pragma unroll
+  for (int m = 0; m < M; m++) {
+    const float4 a = *(const float4*)(xs + m * K + k), b = *(const float4*)(xs + m * K + k + 4);
+    float s = acc[m];
+    s = fmaf(w0.x, a.x, s); s = fmaf(w0.y, a.y, s); s = fmaf(w1.x, a.z, s); s = fmaf(w1.y, a.w, s);
+    s = fmaf(w2.x, b.x, s); s = fmaf(w2.y, b.y, s); s = fmaf(w3.x, b.z, s); s = fmaf(w3.y, b.w, s);
+    acc[m] = s;
+  }
+}
+
+// gemv_store: the epilogue of unit u; acc holds the warp-summed, scaled dot
+// products (acc[1] only for two-row units), yold the residual (MODE 1, lane
+// 0). MODE 3: lane m < M holds token m's position mpos, slot mslot and the
+// unit's inverse frequency minv (rope units only).
+template <int M, int MODE>
+__device__ __forceinline__ void gemv_store(const float (&acc)[2][M], const float (&yold)[M], int u, int lane,
+                                           float* __restrict__ Y, int N, int units, const RopeArgs& ra, int mpos,
+                                           int mslot, float minv) {
+  if (MODE == 3) {
+    // Lane m < M handles token m: rotate the (j, j+half) pair of a q/k
+    // head (HF rotate_half, same arithmetic as rope_append), store q and k
+    // at their standard positions in Y [M][N] and k, v at slot slots[m].
+    const int half = ra.hd >> 1, kvdim = ra.nkv * ra.hd, qdim = ra.nh * ra.hd;
+    const int ropeUnits = (ra.nh + ra.nkv) * half;
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+      if (lane != m) continue;
+      float* row = Y + (size_t)m * N;
+      const size_t slot = (size_t)mslot;
+      if (u < ropeUnits) {
+        const int h = u / half, j = u - h * half;
+        float s, c;
+        sincosf((float)mpos * minv, &s, &c);
+        const float x1 = acc[0][m], x2 = acc[1][m];
+        float o1, o2;
+        rope_rot(x1, x2, c, s, o1, o2);
+        row[h * ra.hd + j] = o1;
+        row[h * ra.hd + j + half] = o2;
+        if (h >= ra.nh) {
+          float* kd = ra.kc + slot * kvdim + (h - ra.nh) * ra.hd;
+          kd[j] = o1;
+          kd[j + half] = o2;
+        }
+      } else {
+        const int e = 2 * u - 2 * ropeUnits;  // index into v
+        row[qdim + kvdim + e] = acc[0][m];
+        row[qdim + kvdim + e + 1] = acc[1][m];
+        ra.vc[slot * kvdim + e] = acc[0][m];
+        ra.vc[slot * kvdim + e + 1] = acc[1][m];
+      }
+    }
+  } else if (lane == 0) {
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+      if (MODE == 0) Y[(size_t)m * N + u] = acc[0][m];
+      if (MODE == 1) Y[(size_t)m * N + u] = yold[m] + acc[0][m];
+      if (MODE == 2) {
+        const float g = acc[0][m];
+        Y[(size_t)m * units + u] = g / (1.f + expf(-g)) * acc[1][m];
+      }
+    }
+  }
+}
+
+// gemv_rope_meta: MODE 3 only: lane m < M gets token m's position and slot
+// (launch metadata, written by no kernel: read before pdl_wait).
+template <int M, int MODE>
+__device__ __forceinline__ void gemv_rope_meta(const RopeArgs& ra, int lane, int& mpos, int& mslot) {
+  mpos = 0;
+  mslot = 0;
+  if (MODE == 3 && lane < M) {
+    mpos = ra.pos[lane];
+    mslot = ra.slots[lane];
+  }
+}
+
+// gemv_rope_freq: MODE 3: lane m < M gets inv_freq of unit u's pair index.
+template <int M, int MODE>
+__device__ __forceinline__ float gemv_rope_freq(const RopeArgs& ra, int lane, int u) {
+  if (MODE != 3 || lane >= M) return 0.f;
+  const int half = ra.hd >> 1;
+  return u < (ra.nh + ra.nkv) * half ? ra.inv_freq[u % half] : 0.f;
+}
+
 template <int M, int NORM, int MODE, int DEEP = 1>
 __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, const int* __restrict__ xrow,
                      const f16* __restrict__ nw, float eps, float* __restrict__ Y, int N, int K, int upb,
@@ -159,46 +286,20 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
     }
   }
   pdl_trigger();
+  int mpos, mslot;
+  gemv_rope_meta<M, MODE>(ra, lane, mpos, mslot);
   pdl_wait();
-  // NORM: xs = x * nw and scale[m] = rsqrt(mean(x^2) + eps), applied to
-  // the dot products (nw and x are loaded in the same round trip). One warp
-  // sums row m's squares in a fixed order (lane-strided, then warp_sum), so
-  // the scale does not depend on the block size or on M.
-  if (NORM) {
-    for (int m = warp; m < M; m += nwarps) {
-      const float* src = X + (size_t)(xrow ? xrow[m] : m) * K;
-      float ss = 0.f;
-      for (int k = lane * 4; k < K; k += 128) {
-        const float4 v = *(const float4*)(src + k);
-        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-      }
-      ss = warp_sum(ss);
-      if (lane == 0) scale[m] = rsqrtf(ss / (float)K + eps);
-    }
-  }
-#pragma unroll
-  for (int m = 0; m < M; m++) {
-    const float* src = X + (size_t)(xrow ? xrow[m] : m) * K;
-    for (int k = tid * 4; k < K; k += blockDim.x * 4) {
-      float4 v = *(const float4*)(src + k);
-      if (NORM) {
-        const uint2 g = *(const uint2*)(nw + k);
-        const float2 g0 = h2x2(g.x), g1 = h2x2(g.y);
-        v.x *= g0.x; v.y *= g0.y; v.z *= g1.x; v.w *= g1.y;
-      }
-      *(float4*)(xs + m * K + k) = v;
-    }
-  }
-  __syncthreads();
+  gemv_stage<M, NORM>(X, xrow, nw, eps, K, xs, scale);
   for (int u = u0 + warp; u < u1; u += nwarps) {
     float yold[M];  // MODE 1: the residual, loaded while the weights stream
     if (MODE == 1 && lane == 0) {
 #pragma unroll
       for (int m = 0; m < M; m++) yold[m] = Y[(size_t)m * N + u];
     }
-    float acc[R][M];
+    const float minv = gemv_rope_freq<M, MODE>(ra, lane, u);
+    float acc[2][M];
 #pragma unroll
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < 2; r++)
 #pragma unroll
       for (int m = 0; m < M; m++) acc[r][m] = 0.f;
     for (int v = lane; v < nvec; v += 32 * D) {
@@ -217,17 +318,7 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
         if (v + 32 * i >= nvec) break;
         const int k = (v + 32 * i) * 8;
 #pragma unroll
-        for (int m = 0; m < M; m++) {
-          float4 a = *(const float4*)(xs + m * K + k), b = *(const float4*)(xs + m * K + k + 4);
-#pragma unroll
-          for (int r = 0; r < R; r++) {
-            float2 w0 = h2x2(q[r][i].x), w1 = h2x2(q[r][i].y), w2 = h2x2(q[r][i].z), w3 = h2x2(q[r][i].w);
-            float s = acc[r][m];
-            s = fmaf(w0.x, a.x, s); s = fmaf(w0.y, a.y, s); s = fmaf(w1.x, a.z, s); s = fmaf(w1.y, a.w, s);
-            s = fmaf(w2.x, b.x, s); s = fmaf(w2.y, b.y, s); s = fmaf(w3.x, b.z, s); s = fmaf(w3.y, b.w, s);
-            acc[r][m] = s;
-          }
-        }
+        for (int r = 0; r < R; r++) gemv_dot<M>(q[r][i], xs, K, k, acc[r]);
       }
     }
 #pragma unroll
@@ -237,51 +328,118 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
         acc[r][m] = warp_sum(acc[r][m]);
         if (NORM) acc[r][m] *= scale[m];
       }
-    if (MODE == 3) {
-      // Lane m < M handles token m: rotate the (j, j+half) pair of a q/k
-      // head (HF rotate_half, same arithmetic as rope_append), store q and k
-      // at their standard positions in Y [M][N] and k, v at slot slots[m].
-      const int half = ra.hd >> 1, kvdim = ra.nkv * ra.hd, qdim = ra.nh * ra.hd;
-      const int ropeUnits = (ra.nh + ra.nkv) * half;
+    gemv_store<M, MODE>(acc, yold, u, lane, Y, N, units, ra, mpos, mslot, minv);
+  }
+}
+
+// gemv_ring_finish: warp-sum, scale and store one unit of gemv_ring; not
+// inlined, so the P-fold unrolled ring loop holds one copy of the epilogue.
+template <int M, int NORM, int MODE>
+__device__ __noinline__ void gemv_ring_finish(float (&acc)[2][M], const float (&yold)[M], const float* scale, int u,
+                                              int lane, float* __restrict__ Y, int N, int units, const RopeArgs& ra,
+                                              int mpos, int mslot, float minv) {
+  constexpr int R = MODE >= 2 ? 2 : 1;
 #pragma unroll
-      for (int m = 0; m < M; m++) {
-        if (lane != m) continue;
-        float* row = Y + (size_t)m * N;
-        const size_t slot = (size_t)ra.slots[m];
-        if (u < ropeUnits) {
-          const int h = u / half, j = u - h * half;
-          float s, c;
-          sincosf((float)ra.pos[m] * ra.inv_freq[j], &s, &c);
-          const float x1 = acc[0][m], x2 = acc[1][m];
-          float o1, o2;
-          rope_rot(x1, x2, c, s, o1, o2);
-          row[h * ra.hd + j] = o1;
-          row[h * ra.hd + j + half] = o2;
-          if (h >= ra.nh) {
-            float* kd = ra.kc + slot * kvdim + (h - ra.nh) * ra.hd;
-            kd[j] = o1;
-            kd[j + half] = o2;
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+      acc[r][m] = warp_sum(acc[r][m]);
+      if (NORM) acc[r][m] *= scale[m];
+    }
+  gemv_store<M, MODE>(acc, yold, u, lane, Y, N, units, ra, mpos, mslot, minv);
+}
+
+// gemv_ring: the same GEMV (same bits) as a weight stream. Warp gw of TW
+// takes units gw, gw + TW, ...; each lane walks its chunks of those units
+// (row by row, chunk c = column block lane + 32c) through a ring of P
+// 16-byte registers: the first P loads are issued before pdl_wait, and
+// every chunk consumed is replaced by the load P chunks ahead, across unit
+// boundaries, so the weight stream does not drain between units or waves.
+// Grid: a few blocks per SM (persistent).
+template <int M, int NORM, int MODE, int P>
+__device__ void gemv_ring(const f16* __restrict__ W, const float* __restrict__ X, const int* __restrict__ xrow,
+                          const f16* __restrict__ nw, float eps, float* __restrict__ Y, int N, int K, RopeArgs ra) {
+  extern __shared__ float4 smem4[];
+  float* xs = (float*)smem4;
+  __shared__ float scale[M];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
+  constexpr int R = MODE >= 2 ? 2 : 1;
+  const int units = MODE >= 2 ? N / 2 : N;
+  const int nvec = K >> 3, C = (nvec + 31) >> 5;  // chunks per row per lane
+  const int gw = blockIdx.x * nwarps + warp, TW = gridDim.x * nwarps;
+  const int mine = gw < units ? (units - 1 - gw) / TW + 1 : 0;
+  const int total = mine * R * C;  // this warp's stream length (warp-uniform)
+  // Load cursor: unit lu, row lr of the unit, chunk lc of the row.
+  int lu = gw, lr = 0, lc = 0;
+  uint4 ring[P];
+#define RING_LOAD(dst)                                                                   \
+  {                                                                                      \
+    const int v_ = lane + 32 * lc;                                                       \
+    if (v_ < nvec) dst = ldg_stream((const uint4*)(W + (size_t)(lu * R + lr) * K) + v_); \
+    if (++lc == C) {                                                                     \
+      lc = 0;                                                                            \
+      if (++lr == R) {                                                                   \
+        lr = 0;                                                                          \
+        lu += TW;                                                                        \
+      }                                                                                  \
+    }                                                                                    \
+  }
+#pragma unroll
+  for (int p = 0; p < P; p++)
+    if (p < total) RING_LOAD(ring[p]);
+  pdl_trigger();
+  int mpos, mslot;
+  gemv_rope_meta<M, MODE>(ra, lane, mpos, mslot);
+  pdl_wait();
+  gemv_stage<M, NORM>(X, xrow, nw, eps, K, xs, scale);
+  if (total == 0) return;
+  int cu = gw, cr = 0, cc = 0;  // consume cursor
+  float acc[2][M], cur[M], yold[M];
+#pragma unroll
+  for (int m = 0; m < M; m++) acc[0][m] = acc[1][m] = cur[m] = 0.f;
+  if (MODE == 1 && lane == 0) {
+#pragma unroll
+    for (int m = 0; m < M; m++) yold[m] = Y[(size_t)m * N + cu];
+  }
+  float minv = gemv_rope_freq<M, MODE>(ra, lane, cu);
+  for (int base = 0; base < total; base += P) {
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+      if (base + p >= total) break;
+      const uint4 w = ring[p];
+      if (base + p + P < total) RING_LOAD(ring[p]);
+      const int v = lane + 32 * cc;
+      if (v < nvec) gemv_dot<M>(w, xs, K, v * 8, cur);
+      if (++cc == C) {
+        cc = 0;
+        if (R == 2 && cr == 0) {
+#pragma unroll
+          for (int m = 0; m < M; m++) {
+            acc[0][m] = cur[m];
+            cur[m] = 0.f;
           }
+          cr = 1;
         } else {
-          const int e = 2 * u - 2 * ropeUnits;  // index into v
-          row[qdim + kvdim + e] = acc[0][m];
-          row[qdim + kvdim + e + 1] = acc[1][m];
-          ra.vc[slot * kvdim + e] = acc[0][m];
-          ra.vc[slot * kvdim + e + 1] = acc[1][m];
-        }
-      }
-    } else if (lane == 0) {
 #pragma unroll
-      for (int m = 0; m < M; m++) {
-        if (MODE == 0) Y[(size_t)m * N + u] = acc[0][m];
-        if (MODE == 1) Y[(size_t)m * N + u] = yold[m] + acc[0][m];
-        if (MODE == 2) {
-          float g = acc[0][m];
-          Y[(size_t)m * units + u] = g / (1.f + expf(-g)) * acc[R - 1][m];
+          for (int m = 0; m < M; m++) {
+            acc[R - 1][m] = cur[m];
+            cur[m] = 0.f;
+          }
+          gemv_ring_finish<M, NORM, MODE>(acc, yold, scale, cu, lane, Y, N, units, ra, mpos, mslot, minv);
+          cr = 0;
+          cu += TW;
+          if (cu < units) {
+            if (MODE == 1 && lane == 0) {
+#pragma unroll
+              for (int m = 0; m < M; m++) yold[m] = Y[(size_t)m * N + cu];
+            }
+            minv = gemv_rope_freq<M, MODE>(ra, lane, cu);
+          }
         }
       }
     }
   }
+#undef RING_LOAD
 }
 
 #define GEMV_ARGS const f16 *W, const float *X, const int *xrow, const f16 *nw, float eps, float *Y, int N, int K, int upb, int pf
@@ -323,6 +481,28 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
       int hd) {                                                                                             \
     gemv<M, 1, 3, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd}); \
   }
+// Ring (streaming) variant for batch 1: P = 16 chunks in flight per lane.
+#define GEMV_INST_R(M)                                                                                      \
+  extern "C" __global__ void __launch_bounds__(256) gemv_norm_r_m##M(RING_ARGS) {                            \
+    gemv_ring<M, 1, 0, RING_P(M)>(W, X, xrow, nw, eps, Y, N, K, NO_ROPE);                                    \
+  }                                                                                                         \
+  extern "C" __global__ void __launch_bounds__(256) gemv_resid_r_m##M(RING_ARGS) {                           \
+    gemv_ring<M, 0, 1, RING_P(M)>(W, X, xrow, nw, eps, Y, N, K, NO_ROPE);                                    \
+  }                                                                                                         \
+  extern "C" __global__ void __launch_bounds__(256) gemv_plain_r_m##M(RING_ARGS) {                           \
+    gemv_ring<M, 0, 0, RING_P(M)>(W, X, xrow, nw, eps, Y, N, K, NO_ROPE);                                    \
+  }                                                                                                         \
+  extern "C" __global__ void __launch_bounds__(256) gemv_swiglu_r_m##M(RING_ARGS) {                          \
+    gemv_ring<M, 1, 2, RING_P(M)>(W, X, xrow, nw, eps, Y, N, K, NO_ROPE);                                    \
+  }                                                                                                         \
+  extern "C" __global__ void __launch_bounds__(256) gemv_qkv_rope_r_m##M(                                    \
+      RING_ARGS, const int* pos, const int* slots, const float* inv_freq, float* kc, float* vc, int nh, int nkv, \
+      int hd) {                                                                                             \
+    gemv_ring<M, 1, 3, RING_P(M)>(W, X, xrow, nw, eps, Y, N, K, RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd}); \
+  }
+#define RING_ARGS const f16 *W, const float *X, const int *xrow, const f16 *nw, float eps, float *Y, int N, int K
+#define RING_P(M) ((M) <= 2 ? 16 : 8)
+GEMV_INST_R(1)
 GEMV_INST_S(1)
 GEMV_INST(1)
 GEMV_INST(2)
@@ -464,7 +644,7 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
                           const int* __restrict__ kvoff, const int* __restrict__ kvlen, const int* __restrict__ cached,
                           const int* __restrict__ maskoff, const u32* __restrict__ mask, int nh, int nkv,
                           float scale, int t0, int smax, int kmin, float* __restrict__ part,
-                          int* __restrict__ cnt) {
+                          int* __restrict__ cnt, int pre) {
   constexpr int CH = 1024, NT = 256, NW = NT / 32;
   constexpr int QPL = HD / 4;                  // float4 per row
   constexpr int LPK = QPL < 32 ? QPL : 32;     // lanes per key
@@ -484,7 +664,11 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
   const int kvh = h / (nh / nkv);
   __shared__ int last;
   pdl_trigger();
-  pdl_wait();
+  // The launch metadata and the cached prefix's keys and values (keys
+  // j < cached[t]) are written by no kernel of this step (the QKV kernel
+  // before this one stores only the new tokens' rows): with pre, they are
+  // read before pdl_wait, the first round of keys into registers, the rest
+  // of this block's cached keys and values towards L2.
   const int off = kvoff[t], len = kvlen[t], nc = cached[t], mo = maskoff[t];
   // Split over keys (flash-decoding): S depends only on len, so a token's
   // bits do not depend on the batch it is in.
@@ -492,9 +676,39 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
   if (sp >= S) return;
   const int per = (len + S - 1) / S;
   const int kb = min(len, sp * per), ke = min(len, kb + per);
-  for (int d = tid; d < HD; d += NT) qs[d] = qkv[(size_t)t * qkvdim + h * HD + d] * scale;
   const float* kbase = kc + kvh * HD;
   const float* vbase = vc + kvh * HD;
+  // KR keys per thread per round (2 for head dims <= 64): the slots, then
+  // the key rows, in flight together.
+  constexpr int KR = QPL <= 16 ? 2 : 1;
+  float4 kk[KR][QPL];
+  int pslot[KR];
+  if (pre) {
+    const int pe = min(ke, kb + CH);
+#pragma unroll
+    for (int r = 0; r < KR; r++) {
+      const int j = kb + tid + r * NT;
+      pslot[r] = j < pe ? slot_list[off + j] : 0;
+      if (j < pe && j < nc) {
+        const float4* kr = (const float4*)(kbase + (size_t)pslot[r] * kvdim);
+#pragma unroll
+        for (int e = 0; e < QPL; e++) kk[r][e] = kr[e];
+        const char* vr = (const char*)(vbase + (size_t)pslot[r] * kvdim);
+        for (int o = 0; o < HD * 4; o += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(vr + o));
+      }
+    }
+    for (int j = kb + tid + KR * NT; j < min(ke, nc); j += NT) {
+      const size_t row = (size_t)slot_list[off + j] * kvdim;
+      const char* kr = (const char*)(kbase + row);
+      const char* vr = (const char*)(vbase + row);
+      for (int o = 0; o < HD * 4; o += 128) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(kr + o));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(vr + o));
+      }
+    }
+  }
+  pdl_wait();
+  for (int d = tid; d < HD; d += NT) qs[d] = qkv[(size_t)t * qkvdim + h * HD + d] * scale;
   float mrun = NEG_INF, l = 0.f;
   float4 acc[FPL];
 #pragma unroll
@@ -503,19 +717,16 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
   for (int c0 = kb; c0 < ke; c0 += CH) {
     const int c1 = min(ke, c0 + CH);
     float mloc = NEG_INF;
-    // KR keys per thread per round (2 for head dims <= 64): the slots, then
-    // the key rows, in flight together.
-    constexpr int KR = QPL <= 16 ? 2 : 1;
     for (int j0 = c0 + tid; j0 < c1; j0 += KR * NT) {
       int slot2[KR];
       bool ok[KR];
+      const bool first = pre && j0 == kb + tid;  // preloaded round
 #pragma unroll
       for (int r = 0; r < KR; r++) {
         const int j = j0 + r * NT;
         ok[r] = j < c1;
-        slot2[r] = ok[r] ? slot_list[off + j] : 0;
+        slot2[r] = first ? pslot[r] : ok[r] ? slot_list[off + j] : 0;
       }
-      float4 kk[KR][QPL];
 #pragma unroll
       for (int r = 0; r < KR; r++) {
         const int j = j0 + r * NT;
@@ -525,7 +736,7 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
           vis = (mask[mo + (i >> 5)] >> (i & 31)) & 1u;
         }
         ok[r] = vis;
-        if (vis) {
+        if (vis && !(first && j < nc)) {
           const float4* kr = (const float4*)(kbase + (size_t)slot2[r] * kvdim);
 #pragma unroll
           for (int e = 0; e < QPL; e++) kk[r][e] = kr[e];
@@ -655,9 +866,9 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
                                               const int* slot_list, const int* kvoff, const int* kvlen,      \
                                               const int* cached, const int* maskoff, const u32* mask, int nh, \
                                               int nkv, float scale, int t0, int smax, int kmin, float* part, \
-                                              int* cnt) {                                                    \
+                                              int* cnt, int pre) {                                           \
     attention<HD>(qkv, out, kc, vc, slot_list, kvoff, kvlen, cached, maskoff, mask, nh, nkv, scale, t0, smax, \
-                  kmin, part, cnt);                                                                          \
+                  kmin, part, cnt, pre);                                                                     \
   }
 ATTN_INST(8)
 ATTN_INST(16)

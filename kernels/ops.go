@@ -67,21 +67,75 @@ func (c *Ctx) Gemv(kind GemvKind, W, X, xrow, nw DevicePtr, eps float32, Y Devic
 	if kind == GemvSwiGLU {
 		units = N / 2
 	}
+	if GemvVariant == GemvRing && M == 1 {
+		grid, threads := c.gemvRingGrid(units)
+		return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
+			P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K))
+	}
 	grid, upb, threads := c.gemvGrid(units, smem)
 	return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
 		P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), I(upb), I(b2i(GemvPrefetch)))
 }
 
-// GemvDeep (default) keeps 8 weight chunks per row in flight per lane (24
-// for the residual GEMVs, so the 5632-wide down projection streams in one
-// round); SPECGATE_GEMV_DEEP=0 selects the round-2 batch-1 kernels (8 per
-// lane in all), for measurements. Both give the same bits.
-var GemvDeep = os.Getenv("SPECGATE_GEMV_DEEP") != "0"
+// GEMV kernel families. All give the same bits for the same inputs (each
+// row's chunks are summed per lane in increasing order, then across the
+// warp), so they can be mixed freely, e.g. across batch sizes.
+const (
+	// GemvRing: for batch 1 (other batch sizes use the deep kernels),
+	// persistent blocks (GemvRingBlocksPerSM per SM), each warp streaming
+	// its units' weight chunks through a ring of 16 registers per lane,
+	// refilled across unit boundaries (the default).
+	GemvRing = "ring"
+	// GemvDeep: one unit per warp at a time, 8 chunks per row in flight per
+	// lane (24 for the residual GEMVs, so the 5632-wide down projection
+	// streams in one round), first unit loaded before the PDL wait.
+	GemvDeep = "deep"
+	// GemvShallow: the round-2 batch-1 kernels (8 chunks per lane in all);
+	// other batch sizes use the deep kernels.
+	GemvShallow = "shallow"
+)
+
+// GemvVariant is the GEMV family launched: SPECGATE_GEMV=ring|deep|shallow
+// (SPECGATE_GEMV_DEEP=0, the round-3 switch, means shallow). Measurements:
+// docs/cuda.md.
+var GemvVariant = gemvVariantEnv(os.Getenv("SPECGATE_GEMV"), os.Getenv("SPECGATE_GEMV_DEEP"))
+
+func gemvVariantEnv(v, deep string) string {
+	switch v {
+	case GemvRing, GemvDeep, GemvShallow:
+		return v
+	}
+	if deep == "0" {
+		return GemvShallow
+	}
+	return GemvRing
+}
+
+// GemvRingBlocksPerSM is the ring GEMV's grid: blocks of 8 warps per SM
+// (SPECGATE_GEMV_RING_BPS, 1..8, default 2).
+var GemvRingBlocksPerSM = envInt("SPECGATE_GEMV_RING_BPS", 2, 1, 8)
+
+// gemvRingMaxBlocks, when > 0, caps the ring grid (tests: many units per warp).
+var gemvRingMaxBlocks int
+
+// gemvRingGrid is the ring GEMV's grid for units output units: no more
+// blocks than units need (8 warps each), at most GemvRingBlocksPerSM per SM.
+func (c *Ctx) gemvRingGrid(units int) (grid, threads int) {
+	grid = min((units+7)/8, max(c.d.SMs, 1)*GemvRingBlocksPerSM)
+	if gemvRingMaxBlocks > 0 {
+		grid = min(grid, gemvRingMaxBlocks)
+	}
+	return max(grid, 1), 256
+}
 
 // gemvName is the kernel for prefix ("gemv_norm_m", ...) and M tokens.
 func gemvName(prefix string, M int) string {
-	if !GemvDeep && M == 1 {
-		return fmt.Sprintf("%s_s_m%d", prefix[:len(prefix)-2], M)
+	base := prefix[:len(prefix)-2]
+	switch {
+	case GemvVariant == GemvRing && M == 1:
+		return fmt.Sprintf("%s_r_m%d", base, M)
+	case GemvVariant == GemvShallow && M == 1:
+		return fmt.Sprintf("%s_s_m%d", base, M)
 	}
 	return fmt.Sprintf("%s%d", prefix, M)
 }
@@ -179,10 +233,15 @@ func (c *Ctx) GemvQKVRope(W, X, xrow, nw DevicePtr, eps float32, qkv, pos, slots
 	if err := c.gemvSmemAttr(name, f, smem); err != nil {
 		return err
 	}
+	rope := []uint64{P(pos), P(slots), P(invFreq), P(kc), P(vc), I(nh), I(nkv), I(hd)}
+	if GemvVariant == GemvRing && M == 1 {
+		grid, threads := c.gemvRingGrid(N / 2)
+		return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
+			append([]uint64{P(W), P(X), P(xrow), P(nw), F(eps), P(qkv), I(N), I(H)}, rope...)...)
+	}
 	grid, upb, threads := c.gemvGrid(N/2, smem)
 	return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
-		P(W), P(X), P(xrow), P(nw), F(eps), P(qkv), I(N), I(H), I(upb), I(b2i(GemvPrefetch)),
-		P(pos), P(slots), P(invFreq), P(kc), P(vc), I(nh), I(nkv), I(hd))
+		append([]uint64{P(W), P(X), P(xrow), P(nw), F(eps), P(qkv), I(N), I(H), I(upb), I(b2i(GemvPrefetch))}, rope...)...)
 }
 
 // RopeAppendPerm is RopeAppend reading src [T][(nh+2nkv)*hd] in RopeRows
@@ -254,6 +313,12 @@ var (
 	AttnSplitMinKeys = envInt("SPECGATE_ATTN_KMIN", 256, 1, 1<<20)
 )
 
+// AttnPreload makes attention read its launch metadata, the first round of
+// cached keys (into registers) and the block's other cached key and value
+// rows (towards L2) before waiting for the QKV kernel (PDL): only the new
+// tokens' rows depend on it. SPECGATE_ATTN_PRELOAD=0 turns it off. Same bits.
+var AttnPreload = os.Getenv("SPECGATE_ATTN_PRELOAD") != "0"
+
 const (
 	attnPartFloats = 2 << 20 // device scratch for split partials (8 MB)
 	attnCntInts    = 32 << 10
@@ -286,7 +351,8 @@ func (c *Ctx) Attention(qkv, out, kc, vc DevicePtr, m AttnMeta, T, nh, nkv, hd i
 		n := min(tc, T-t0)
 		if err := c.launchByNamePDL(name, Dim3{uint32(n), uint32(nh), uint32(smax)}, Dim3{256, 1, 1}, 0,
 			P(qkv), P(out), P(kc), P(vc), P(m.SlotList), P(m.KVOff), P(m.KVLen), P(m.Cached), P(m.MaskOff), P(m.Mask),
-			I(nh), I(nkv), F(scale), I(t0), I(smax), I(AttnSplitMinKeys), P(c.d.attnPart), P(c.d.attnCnt)); err != nil {
+			I(nh), I(nkv), F(scale), I(t0), I(smax), I(AttnSplitMinKeys), P(c.d.attnPart), P(c.d.attnCnt),
+			I(b2i(AttnPreload))); err != nil {
 			return err
 		}
 	}

@@ -162,8 +162,9 @@ func runBenchDecode(args []string) error {
 		g, replays := gpu.Stats()
 		fmt.Printf("device: %s (sm_%d%d, %d SMs), kernels %s, graphs %d, replays %d, device argmax %v, pdl %v\n",
 			d.Name, d.Major, d.Minor, d.SMs, d.Arch, g, replays, am != nil, *pdl && os.Getenv(kernels.PDLEnv) != "0")
-		fmt.Printf("kernels: attention splits <= %d (>= %d keys each), deep GEMV %v, GEMV warps %d (0 = per matrix)\n",
-			kernels.AttnSplits, kernels.AttnSplitMinKeys, kernels.GemvDeep, kernels.GemvWarps)
+		fmt.Printf("kernels: attention splits <= %d (>= %d keys each), attention preload %v, GEMV %s (ring: %d blocks/SM; others: warps %d, 0 = per matrix)\n",
+			kernels.AttnSplits, kernels.AttnSplitMinKeys, kernels.AttnPreload, kernels.GemvVariant,
+			kernels.GemvRingBlocksPerSM, kernels.GemvWarps)
 		var bw float64
 		if err := d.Do(func(c *kernels.Ctx) error {
 			var err error
