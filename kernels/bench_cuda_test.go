@@ -115,6 +115,8 @@ func BenchmarkAttention(b *testing.B) {
 		for _, ctx := range []int{256, 1024, 4096} {
 			b.Run(fmt.Sprintf("T%d-ctx%d", T, ctx), func(b *testing.B) {
 				err := d.Do(func(c *Ctx) error {
+					prev := c.SetPDL(true) // as in decode: the next call's preloads overlap this one
+					defer c.SetPDL(prev)
 					tb := fatalPanics{b} // Fatal must not run on the GPU worker
 					r := rand.New(rand.NewPCG(3, 4))
 					kvdim := nkv * hd

@@ -337,6 +337,26 @@ func (c *Ctx) SetMaxDynamicSmem(f Func, bytes int) error {
 	return cuErr(cu.cuFuncSetAttribute.call(uintptr(f), 8, uintptr(bytes)), "cuFuncSetAttribute")
 }
 
+// BlocksPerSM is how many blocks of f with threads threads and smem bytes
+// of dynamic shared memory fit on one SM at once (the occupancy calculator).
+func (c *Ctx) BlocksPerSM(f Func, threads, smem int) (int, error) {
+	n := new(int32) // heap: the driver writes it
+	if err := cuErr(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor.call(uintptr(unsafe.Pointer(n)), uintptr(f),
+		uintptr(threads), uintptr(smem)), "cuOccupancyMaxActiveBlocksPerMultiprocessor"); err != nil {
+		return 0, err
+	}
+	return int(*n), nil
+}
+
+// FuncRegisters is the registers per thread of f (CU_FUNC_ATTRIBUTE_NUM_REGS).
+func (c *Ctx) FuncRegisters(f Func) (int, error) {
+	n := new(int32)
+	if err := cuErr(cu.cuFuncGetAttribute.call(uintptr(unsafe.Pointer(n)), 4, uintptr(f)), "cuFuncGetAttribute"); err != nil {
+		return 0, err
+	}
+	return int(*n), nil
+}
+
 // Kernel argument encoders: every argument occupies one 8-byte slot; the
 // driver reads as many bytes as the kernel's parameter has (little-endian).
 

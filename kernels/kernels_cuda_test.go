@@ -175,7 +175,7 @@ func TestGemv(t *testing.T) {
 	d := testDevice(t)
 	r := rand.New(rand.NewPCG(rand.Uint64(), 1))
 	for _, kind := range []GemvKind{GemvNorm, GemvResid, GemvPlain, GemvSwiGLU} {
-		for _, shape := range [][2]int{{200, 264}, {64, 2048}, {130, 1032}} {
+		for _, shape := range [][2]int{{200, 264}, {64, 2048}, {130, 1032}, {136, 512}} {
 			N, K := shape[0], shape[1]
 			for _, M := range []int{1, 3, 8} {
 				err := d.Do(func(c *Ctx) error {

@@ -115,6 +115,7 @@ type libcuda struct {
 	cuGraphLaunch, cuGraphExecDestroy, cuGraphDestroy                    sym
 	cuEventCreate, cuEventRecord, cuEventSynchronize, cuEventElapsedTime sym
 	cuEventDestroy, cuGetErrorString, cuDriverGetVersion                 sym
+	cuOccupancyMaxActiveBlocksPerMultiprocessor, cuFuncGetAttribute      sym
 	cuLaunchKernelEx                                                     sym // optional (CUDA 12+): 0 when absent
 }
 
@@ -180,6 +181,8 @@ func loadLibs() error {
 			"cuEventRecord": &cu.cuEventRecord, "cuEventSynchronize": &cu.cuEventSynchronize,
 			"cuEventElapsedTime": &cu.cuEventElapsedTime, "cuEventDestroy_v2": &cu.cuEventDestroy,
 			"cuGetErrorString": &cu.cuGetErrorString, "cuDriverGetVersion": &cu.cuDriverGetVersion,
+			"cuOccupancyMaxActiveBlocksPerMultiprocessor": &cu.cuOccupancyMaxActiveBlocksPerMultiprocessor,
+			"cuFuncGetAttribute":                          &cu.cuFuncGetAttribute,
 		}); err != nil {
 			libsErr = err
 			return

@@ -30,6 +30,17 @@ __device__ __forceinline__ uint4 ldg_stream(const uint4* p) {
       : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
   return r;
 }
+// cp.async (sm_80+): 16 bytes global -> shared, L2 only, completing
+// asynchronously; groups are committed and waited for per thread.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -332,30 +343,17 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
   }
 }
 
-// gemv_ring_finish: warp-sum, scale and store one unit of gemv_ring; not
-// inlined, so the P-fold unrolled ring loop holds one copy of the epilogue.
-template <int M, int NORM, int MODE>
-__device__ __noinline__ void gemv_ring_finish(float (&acc)[2][M], const float (&yold)[M], const float* scale, int u,
-                                              int lane, float* __restrict__ Y, int N, int units, const RopeArgs& ra,
-                                              int mpos, int mslot, float minv) {
-  constexpr int R = MODE >= 2 ? 2 : 1;
-#pragma unroll
-  for (int r = 0; r < R; r++)
-#pragma unroll
-    for (int m = 0; m < M; m++) {
-      acc[r][m] = warp_sum(acc[r][m]);
-      if (NORM) acc[r][m] *= scale[m];
-    }
-  gemv_store<M, MODE>(acc, yold, u, lane, Y, N, units, ra, mpos, mslot, minv);
-}
-
-// gemv_ring: the same GEMV (same bits) as a weight stream. Warp gw of TW
-// takes units gw, gw + TW, ...; each lane walks its chunks of those units
-// (row by row, chunk c = column block lane + 32c) through a ring of P
-// 16-byte registers: the first P loads are issued before pdl_wait, and
-// every chunk consumed is replaced by the load P chunks ahead, across unit
-// boundaries, so the weight stream does not drain between units or waves.
-// Grid: a few blocks per SM (persistent).
+// gemv_ring: the same GEMV (same bits) as a weight stream, for K a multiple
+// of 256 (every lane has C = K/256 chunks per row, and a unit's R rows are
+// contiguous). Warp gw of TW takes units gw, gw + TW, ...; each lane walks
+// its chunks of those units (row by row, chunk c = column block lane + 32c)
+// through a ring of P 16-byte slots in shared memory filled by cp.async:
+// the first P copies are issued before pdl_wait, and each chunk consumed is
+// replaced by the copy P chunks ahead, across unit boundaries, so the
+// weight stream does not drain between units. A lane only reads the slots
+// it filled itself (per-thread cp.async groups, no barrier). Grid: at most
+// the blocks that fit on the SMs at once. Dynamic shared memory: M*K floats
+// of inputs, then warps * P * 32 slots.
 template <int M, int NORM, int MODE, int P>
 __device__ void gemv_ring(const f16* __restrict__ W, const float* __restrict__ X, const int* __restrict__ xrow,
                           const f16* __restrict__ nw, float eps, float* __restrict__ Y, int N, int K, RopeArgs ra) {
@@ -365,35 +363,35 @@ __device__ void gemv_ring(const f16* __restrict__ W, const float* __restrict__ X
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
   constexpr int R = MODE >= 2 ? 2 : 1;
   const int units = MODE >= 2 ? N / 2 : N;
-  const int nvec = K >> 3, C = (nvec + 31) >> 5;  // chunks per row per lane
+  const int nvec = K >> 3, C = nvec >> 5, CU = R * C;  // chunks per row / per unit, per lane
   const int gw = blockIdx.x * nwarps + warp, TW = gridDim.x * nwarps;
   const int mine = gw < units ? (units - 1 - gw) / TW + 1 : 0;
-  const int total = mine * R * C;  // this warp's stream length (warp-uniform)
-  // Load cursor: unit lu, row lr of the unit, chunk lc of the row.
-  int lu = gw, lr = 0, lc = 0;
-  uint4 ring[P];
-#define RING_LOAD(dst)                                                                   \
-  {                                                                                      \
-    const int v_ = lane + 32 * lc;                                                       \
-    if (v_ < nvec) dst = ldg_stream((const uint4*)(W + (size_t)(lu * R + lr) * K) + v_); \
-    if (++lc == C) {                                                                     \
-      lc = 0;                                                                            \
-      if (++lr == R) {                                                                   \
-        lr = 0;                                                                          \
-        lu += TW;                                                                        \
-      }                                                                                  \
-    }                                                                                    \
-  }
+  const int total = mine * CU;  // this warp's stream length (warp-uniform)
+  uint4* ring = (uint4*)(xs + M * K) + warp * P * 32 + lane;  // slot s: ring[32 * s]
+  // Load cursor: lp = this lane's first chunk of the unit being loaded, lc
+  // = chunk index within the unit, ls = ring slot.
+  const size_t ustride = (size_t)R * nvec;
+  const uint4* lp = (const uint4*)W + (size_t)gw * ustride + lane;
+  int lc = 0;
+  auto issue = [&](int slot) {
+    cp_async16(ring + 32 * slot, lp + 32 * lc);
+    if (++lc == CU) {
+      lc = 0;
+      lp += TW * ustride;
+    }
+  };
 #pragma unroll
-  for (int p = 0; p < P; p++)
-    if (p < total) RING_LOAD(ring[p]);
+  for (int p = 0; p < P; p++) {
+    if (p < total) issue(p);
+    cp_async_commit();
+  }
   pdl_trigger();
   int mpos, mslot;
   gemv_rope_meta<M, MODE>(ra, lane, mpos, mslot);
   pdl_wait();
   gemv_stage<M, NORM>(X, xrow, nw, eps, K, xs, scale);
   if (total == 0) return;
-  int cu = gw, cr = 0, cc = 0;  // consume cursor
+  int cu = gw, cr = 0, cc = 0, slot = 0;  // consume cursor
   float acc[2][M], cur[M], yold[M];
 #pragma unroll
   for (int m = 0; m < M; m++) acc[0][m] = acc[1][m] = cur[m] = 0.f;
@@ -402,44 +400,49 @@ __device__ void gemv_ring(const f16* __restrict__ W, const float* __restrict__ X
     for (int m = 0; m < M; m++) yold[m] = Y[(size_t)m * N + cu];
   }
   float minv = gemv_rope_freq<M, MODE>(ra, lane, cu);
-  for (int base = 0; base < total; base += P) {
+  for (int q = 0; q < total; q++) {
+    cp_async_wait<P - 1>();  // this lane's copy q has landed
+    const uint4 w = ring[32 * slot];
+    gemv_dot<M>(w, xs, K, (lane + 32 * cc) * 8, cur);  // uses w: the slot is free again
+    if (q + P < total) issue(slot);
+    cp_async_commit();
+    if (++slot == P) slot = 0;
+    if (++cc == C) {
+      cc = 0;
+      if (R == 2 && cr == 0) {
 #pragma unroll
-    for (int p = 0; p < P; p++) {
-      if (base + p >= total) break;
-      const uint4 w = ring[p];
-      if (base + p + P < total) RING_LOAD(ring[p]);
-      const int v = lane + 32 * cc;
-      if (v < nvec) gemv_dot<M>(w, xs, K, v * 8, cur);
-      if (++cc == C) {
-        cc = 0;
-        if (R == 2 && cr == 0) {
+        for (int m = 0; m < M; m++) {
+          acc[0][m] = cur[m];
+          cur[m] = 0.f;
+        }
+        cr = 1;
+      } else {
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+          acc[R - 1][m] = cur[m];
+          cur[m] = 0.f;
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++)
 #pragma unroll
           for (int m = 0; m < M; m++) {
-            acc[0][m] = cur[m];
-            cur[m] = 0.f;
+            acc[r][m] = warp_sum(acc[r][m]);
+            if (NORM) acc[r][m] *= scale[m];
           }
-          cr = 1;
-        } else {
+        gemv_store<M, MODE>(acc, yold, cu, lane, Y, N, units, ra, mpos, mslot, minv);
+        cr = 0;
+        cu += TW;
+        if (cu < units) {
+          if (MODE == 1 && lane == 0) {
 #pragma unroll
-          for (int m = 0; m < M; m++) {
-            acc[R - 1][m] = cur[m];
-            cur[m] = 0.f;
+            for (int m = 0; m < M; m++) yold[m] = Y[(size_t)m * N + cu];
           }
-          gemv_ring_finish<M, NORM, MODE>(acc, yold, scale, cu, lane, Y, N, units, ra, mpos, mslot, minv);
-          cr = 0;
-          cu += TW;
-          if (cu < units) {
-            if (MODE == 1 && lane == 0) {
-#pragma unroll
-              for (int m = 0; m < M; m++) yold[m] = Y[(size_t)m * N + cu];
-            }
-            minv = gemv_rope_freq<M, MODE>(ra, lane, cu);
-          }
+          minv = gemv_rope_freq<M, MODE>(ra, lane, cu);
         }
       }
     }
   }
-#undef RING_LOAD
+  cp_async_wait<0>();
 }
 
 #define GEMV_ARGS const f16 *W, const float *X, const int *xrow, const f16 *nw, float eps, float *Y, int N, int K, int upb, int pf
@@ -481,28 +484,30 @@ __device__ void gemv_ring(const f16* __restrict__ W, const float* __restrict__ X
       int hd) {                                                                                             \
     gemv<M, 1, 3, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd}); \
   }
-// Ring (streaming) variant for batch 1: P = 16 chunks in flight per lane.
-#define GEMV_INST_R(M)                                                                                      \
-  extern "C" __global__ void __launch_bounds__(256) gemv_norm_r_m##M(RING_ARGS) {                            \
-    gemv_ring<M, 1, 0, RING_P(M)>(W, X, xrow, nw, eps, Y, N, K, NO_ROPE);                                    \
+// Ring (streaming) variants for batch 1: P = 8, 16 (suffix _r) or 32 chunks
+// in flight per lane.
+#define GEMV_INST_R(SFX, P)                                                                                 \
+  extern "C" __global__ void __launch_bounds__(256) gemv_norm##SFX##_m1(RING_ARGS) {                         \
+    gemv_ring<1, 1, 0, P>(W, X, xrow, nw, eps, Y, N, K, NO_ROPE);                                            \
   }                                                                                                         \
-  extern "C" __global__ void __launch_bounds__(256) gemv_resid_r_m##M(RING_ARGS) {                           \
-    gemv_ring<M, 0, 1, RING_P(M)>(W, X, xrow, nw, eps, Y, N, K, NO_ROPE);                                    \
+  extern "C" __global__ void __launch_bounds__(256) gemv_resid##SFX##_m1(RING_ARGS) {                        \
+    gemv_ring<1, 0, 1, P>(W, X, xrow, nw, eps, Y, N, K, NO_ROPE);                                            \
   }                                                                                                         \
-  extern "C" __global__ void __launch_bounds__(256) gemv_plain_r_m##M(RING_ARGS) {                           \
-    gemv_ring<M, 0, 0, RING_P(M)>(W, X, xrow, nw, eps, Y, N, K, NO_ROPE);                                    \
+  extern "C" __global__ void __launch_bounds__(256) gemv_plain##SFX##_m1(RING_ARGS) {                        \
+    gemv_ring<1, 0, 0, P>(W, X, xrow, nw, eps, Y, N, K, NO_ROPE);                                            \
   }                                                                                                         \
-  extern "C" __global__ void __launch_bounds__(256) gemv_swiglu_r_m##M(RING_ARGS) {                          \
-    gemv_ring<M, 1, 2, RING_P(M)>(W, X, xrow, nw, eps, Y, N, K, NO_ROPE);                                    \
+  extern "C" __global__ void __launch_bounds__(256) gemv_swiglu##SFX##_m1(RING_ARGS) {                       \
+    gemv_ring<1, 1, 2, P>(W, X, xrow, nw, eps, Y, N, K, NO_ROPE);                                            \
   }                                                                                                         \
-  extern "C" __global__ void __launch_bounds__(256) gemv_qkv_rope_r_m##M(                                    \
+  extern "C" __global__ void __launch_bounds__(256) gemv_qkv_rope##SFX##_m1(                                 \
       RING_ARGS, const int* pos, const int* slots, const float* inv_freq, float* kc, float* vc, int nh, int nkv, \
       int hd) {                                                                                             \
-    gemv_ring<M, 1, 3, RING_P(M)>(W, X, xrow, nw, eps, Y, N, K, RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd}); \
+    gemv_ring<1, 1, 3, P>(W, X, xrow, nw, eps, Y, N, K, RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd}); \
   }
 #define RING_ARGS const f16 *W, const float *X, const int *xrow, const f16 *nw, float eps, float *Y, int N, int K
-#define RING_P(M) ((M) <= 2 ? 16 : 8)
-GEMV_INST_R(1)
+GEMV_INST_R(_r, 16)
+GEMV_INST_R(_r8, 8)
+GEMV_INST_R(_r32, 32)
 GEMV_INST_S(1)
 GEMV_INST(1)
 GEMV_INST(2)
@@ -678,9 +683,15 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
   const int kb = min(len, sp * per), ke = min(len, kb + per);
   const float* kbase = kc + kvh * HD;
   const float* vbase = vc + kvh * HD;
-  // KR keys per thread per round (2 for head dims <= 64): the slots, then
-  // the key rows, in flight together.
+  // KR keys per thread per round: the slots, then the key rows, in flight
+  // together. SPECGATE_ATTN_KR2 builds 2 for head dims <= 64 (round 3: no
+  // gain, and 255 registers per thread, so a block fills an SM's register
+  // file and no block of the next kernel can start beside it).
+#ifdef SPECGATE_ATTN_KR2
   constexpr int KR = QPL <= 16 ? 2 : 1;
+#else
+  constexpr int KR = 1;
+#endif
   float4 kk[KR][QPL];
   int pslot[KR];
   if (pre) {

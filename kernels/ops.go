@@ -54,12 +54,15 @@ func (c *Ctx) Gemv(kind GemvKind, W, X, xrow, nw DevicePtr, eps float32, Y Devic
 	if M < 1 || M > GemvMaxM || K%8 != 0 || N <= 0 || (kind == GemvSwiGLU && N%2 != 0) {
 		return fmt.Errorf("gemv kind %d M=%d N=%d K=%d: %w", kind, M, N, K, ErrBadArg)
 	}
-	name := gemvName(gemvNames[kind], M)
+	name := gemvName(gemvNames[kind], M, K)
 	f, err := c.Func(name)
 	if err != nil {
 		return err
 	}
 	smem := GemvSmem(M, K)
+	if c.useRing(M, K) {
+		smem = gemvRingSmem(M, K)
+	}
 	if err := c.gemvSmemAttr(name, f, smem); err != nil {
 		return err
 	}
@@ -67,8 +70,11 @@ func (c *Ctx) Gemv(kind GemvKind, W, X, xrow, nw DevicePtr, eps float32, Y Devic
 	if kind == GemvSwiGLU {
 		units = N / 2
 	}
-	if GemvVariant == GemvRing && M == 1 {
-		grid, threads := c.gemvRingGrid(units)
+	if c.useRing(M, K) {
+		grid, threads, err := c.gemvRingGrid(name, f, units, smem)
+		if err != nil {
+			return err
+		}
 		return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
 			P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K))
 	}
@@ -81,10 +87,10 @@ func (c *Ctx) Gemv(kind GemvKind, W, X, xrow, nw DevicePtr, eps float32, Y Devic
 // row's chunks are summed per lane in increasing order, then across the
 // warp), so they can be mixed freely, e.g. across batch sizes.
 const (
-	// GemvRing: for batch 1 (other batch sizes use the deep kernels),
-	// persistent blocks (GemvRingBlocksPerSM per SM), each warp streaming
-	// its units' weight chunks through a ring of 16 registers per lane,
-	// refilled across unit boundaries (the default).
+	// GemvRing: for batch 1 and K a multiple of 256 (else the deep
+	// kernels), persistent blocks (as many as fit on the SMs at once), each
+	// warp streaming its units' weight chunks through a ring of 16 registers
+	// per lane, refilled across unit boundaries (the default).
 	GemvRing = "ring"
 	// GemvDeep: one unit per warp at a time, 8 chunks per row in flight per
 	// lane (24 for the residual GEMVs, so the 5632-wide down projection
@@ -111,29 +117,100 @@ func gemvVariantEnv(v, deep string) string {
 	return GemvRing
 }
 
-// GemvRingBlocksPerSM is the ring GEMV's grid: blocks of 8 warps per SM
-// (SPECGATE_GEMV_RING_BPS, 1..8, default 2).
-var GemvRingBlocksPerSM = envInt("SPECGATE_GEMV_RING_BPS", 2, 1, 8)
+// GemvRingBlocksPerSM caps the ring GEMV's blocks (8 warps) per SM
+// (SPECGATE_GEMV_RING_BPS, 1..8; 0, the default: as many as fit, so all
+// blocks are resident and none waits for a second wave).
+var GemvRingBlocksPerSM = envInt("SPECGATE_GEMV_RING_BPS", 0, 0, 8)
+
+// GemvRingWarps is the ring GEMV's warps per block (SPECGATE_GEMV_RING_WARPS:
+// 2, 4 or 8, default 8).
+var GemvRingWarps = envInt("SPECGATE_GEMV_RING_WARPS", 8, 2, 8)
+
+// GemvRingDepth is the ring GEMV's chunks in flight per lane
+// (SPECGATE_GEMV_RING_P: 8, 16 or 32, default 16): shared memory of
+// warps * depth * 512 bytes per block.
+var GemvRingDepth = ringDepthEnv(os.Getenv("SPECGATE_GEMV_RING_P"))
+
+func ringDepthEnv(v string) int {
+	switch v {
+	case "8":
+		return 8
+	case "32":
+		return 32
+	}
+	return 16
+}
+
+// ringSuffix names the ring kernels of depth GemvRingDepth.
+func ringSuffix() string {
+	switch GemvRingDepth {
+	case 8:
+		return "_r8"
+	case 32:
+		return "_r32"
+	}
+	return "_r"
+}
+
+// gemvRingSmem is the ring GEMV's dynamic shared memory: the inputs plus
+// the slots.
+func gemvRingSmem(M, K int) int { return GemvSmem(M, K) + GemvRingWarps*GemvRingDepth*512 }
 
 // gemvRingMaxBlocks, when > 0, caps the ring grid (tests: many units per warp).
 var gemvRingMaxBlocks int
 
+// KernelInfo reports a kernel's registers per thread and how many blocks of
+// threads threads (smem bytes of dynamic shared memory) fit on one SM.
+func (c *Ctx) KernelInfo(name string, threads, smem int) (regs, perSM int, err error) {
+	f, err := c.Func(name)
+	if err != nil {
+		return 0, 0, err
+	}
+	if regs, err = c.FuncRegisters(f); err != nil {
+		return 0, 0, err
+	}
+	if err := c.gemvSmemAttr(name, f, smem); err != nil {
+		return 0, 0, err
+	}
+	perSM, err = c.BlocksPerSM(f, threads, smem)
+	return regs, perSM, err
+}
+
+// useRing: the ring kernels serve batch 1 with K a multiple of 256.
+func (c *Ctx) useRing(M, K int) bool { return GemvVariant == GemvRing && M == 1 && K%256 == 0 }
+
 // gemvRingGrid is the ring GEMV's grid for units output units: no more
-// blocks than units need (8 warps each), at most GemvRingBlocksPerSM per SM.
-func (c *Ctx) gemvRingGrid(units int) (grid, threads int) {
-	grid = min((units+7)/8, max(c.d.SMs, 1)*GemvRingBlocksPerSM)
+// blocks than units need (8 warps each), and no more than fit on the SMs
+// at once (occupancy of f with smem bytes of dynamic shared memory).
+func (c *Ctx) gemvRingGrid(name string, f Func, units, smem int) (grid, threads int, err error) {
+	threads = 32 * GemvRingWarps
+	key := fmt.Sprintf("%s#bps%d/%d", name, smem, threads)
+	bps, ok := c.d.funcs[key]
+	if !ok {
+		n, err := c.BlocksPerSM(f, threads, smem)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s: %w", name, err)
+		}
+		bps = Func(max(n, 1))
+		c.d.funcs[key] = bps
+	}
+	per := int(bps)
+	if GemvRingBlocksPerSM > 0 {
+		per = min(per, GemvRingBlocksPerSM)
+	}
+	grid = min((units+GemvRingWarps-1)/GemvRingWarps, max(c.d.SMs, 1)*per)
 	if gemvRingMaxBlocks > 0 {
 		grid = min(grid, gemvRingMaxBlocks)
 	}
-	return max(grid, 1), 256
+	return max(grid, 1), threads, nil
 }
 
-// gemvName is the kernel for prefix ("gemv_norm_m", ...) and M tokens.
-func gemvName(prefix string, M int) string {
+// gemvName is the kernel for prefix ("gemv_norm_m", ...), M tokens and K inputs.
+func gemvName(prefix string, M, K int) string {
 	base := prefix[:len(prefix)-2]
 	switch {
-	case GemvVariant == GemvRing && M == 1:
-		return fmt.Sprintf("%s_r_m%d", base, M)
+	case GemvVariant == GemvRing && M == 1 && K%256 == 0:
+		return fmt.Sprintf("%s%s_m%d", base, ringSuffix(), M)
 	case GemvVariant == GemvShallow && M == 1:
 		return fmt.Sprintf("%s_s_m%d", base, M)
 	}
@@ -224,18 +301,24 @@ func (c *Ctx) GemvQKVRope(W, X, xrow, nw DevicePtr, eps float32, qkv, pos, slots
 	if M < 1 || M > GemvMaxM || H%8 != 0 || hd%2 != 0 || N <= 0 {
 		return fmt.Errorf("gemv_qkv_rope M=%d H=%d heads %d/%d hd %d: %w", M, H, nh, nkv, hd, ErrBadArg)
 	}
-	name := gemvName("gemv_qkv_rope_m", M)
+	name := gemvName("gemv_qkv_rope_m", M, H)
 	f, err := c.Func(name)
 	if err != nil {
 		return err
 	}
 	smem := GemvSmem(M, H)
+	if c.useRing(M, H) {
+		smem = gemvRingSmem(M, H)
+	}
 	if err := c.gemvSmemAttr(name, f, smem); err != nil {
 		return err
 	}
 	rope := []uint64{P(pos), P(slots), P(invFreq), P(kc), P(vc), I(nh), I(nkv), I(hd)}
-	if GemvVariant == GemvRing && M == 1 {
-		grid, threads := c.gemvRingGrid(N / 2)
+	if c.useRing(M, H) {
+		grid, threads, err := c.gemvRingGrid(name, f, N/2, smem)
+		if err != nil {
+			return err
+		}
 		return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
 			append([]uint64{P(W), P(X), P(xrow), P(nw), F(eps), P(qkv), I(N), I(H)}, rope...)...)
 	}

@@ -162,9 +162,30 @@ func runBenchDecode(args []string) error {
 		g, replays := gpu.Stats()
 		fmt.Printf("device: %s (sm_%d%d, %d SMs), kernels %s, graphs %d, replays %d, device argmax %v, pdl %v\n",
 			d.Name, d.Major, d.Minor, d.SMs, d.Arch, g, replays, am != nil, *pdl && os.Getenv(kernels.PDLEnv) != "0")
-		fmt.Printf("kernels: attention splits <= %d (>= %d keys each), attention preload %v, GEMV %s (ring: %d blocks/SM; others: warps %d, 0 = per matrix)\n",
+		fmt.Printf("kernels: attention splits <= %d (>= %d keys each), attention preload %v, GEMV %s (ring: depth %d, %d warps/block, blocks/SM cap %d (0 = all that fit); others: warps %d, 0 = per matrix)\n",
 			kernels.AttnSplits, kernels.AttnSplitMinKeys, kernels.AttnPreload, kernels.GemvVariant,
-			kernels.GemvRingBlocksPerSM, kernels.GemvWarps)
+			kernels.GemvRingDepth, kernels.GemvRingWarps, kernels.GemvRingBlocksPerSM, kernels.GemvWarps)
+		if err := d.Do(func(c *kernels.Ctx) error {
+			var b strings.Builder
+			for _, k := range []struct {
+				name          string
+				threads, smem int
+			}{{"gemv_swiglu_r_m1", 32 * kernels.GemvRingWarps, 4*cfg.HiddenSize + kernels.GemvRingWarps*kernels.GemvRingDepth*512},
+				{"gemv_resid_r_m1", 32 * kernels.GemvRingWarps, 4*cfg.IntermediateSize + kernels.GemvRingWarps*kernels.GemvRingDepth*512},
+				{"gemv_swiglu_m1", 256, 4 * cfg.HiddenSize}, {"gemv_resid_m1", 256, 4 * cfg.IntermediateSize},
+				{"gemv_swiglu_s_m1", 256, 4 * cfg.HiddenSize}, {"gemv_resid_s_m1", 256, 4 * cfg.IntermediateSize},
+				{fmt.Sprintf("attention_hd%d", cfg.HeadDim), 256, 0}} {
+				regs, per, err := c.KernelInfo(k.name, k.threads, k.smem)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(&b, " %s %d regs x %d threads, %d blocks/SM;", k.name, regs, k.threads, per)
+			}
+			fmt.Printf("occupancy:%s\n", b.String())
+			return nil
+		}); err != nil {
+			return err
+		}
 		var bw float64
 		if err := d.Do(func(c *kernels.Ctx) error {
 			var err error
