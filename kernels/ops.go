@@ -76,7 +76,7 @@ func (c *Ctx) Gemv(kind GemvKind, W, X, xrow, nw DevicePtr, eps float32, Y Devic
 			return err
 		}
 		return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
-			P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K))
+			P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), P(c.ringCounter()))
 	}
 	grid, upb, threads := c.gemvGrid(units, smem)
 	return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
@@ -176,8 +176,25 @@ func (c *Ctx) KernelInfo(name string, threads, smem int) (regs, perSM int, err e
 	return regs, perSM, err
 }
 
+// ringSlots is the number of ring GEMV counter pairs launches cycle through.
+const ringSlots = 64
+
+// ringCounter is the next ring launch's ticket counter pair.
+func (c *Ctx) ringCounter() DevicePtr {
+	d := c.d
+	p := d.ringCnt + DevicePtr(8*d.ringNext)
+	d.ringNext = (d.ringNext + 1) % ringSlots
+	return p
+}
+
 // useRing: the ring kernels serve batch 1 with K a multiple of 256.
-func (c *Ctx) useRing(M, K int) bool { return GemvVariant == GemvRing && M == 1 && K%256 == 0 }
+func (c *Ctx) useRing(M, K int) bool {
+	return GemvVariant == GemvRing && M == 1 && K%256 == 0 && K >= GemvRingMinK
+}
+
+// GemvRingMinK: with the ring family, GEMVs with fewer inputs than this
+// use the deep kernels (SPECGATE_GEMV_RING_MINK, default 0: all).
+var GemvRingMinK = envInt("SPECGATE_GEMV_RING_MINK", 0, 0, 1<<20)
 
 // gemvRingGrid is the ring GEMV's grid for units output units: no more
 // blocks than units need (8 warps each), and no more than fit on the SMs
@@ -198,7 +215,7 @@ func (c *Ctx) gemvRingGrid(name string, f Func, units, smem int) (grid, threads 
 	if GemvRingBlocksPerSM > 0 {
 		per = min(per, GemvRingBlocksPerSM)
 	}
-	grid = min((units+GemvRingWarps-1)/GemvRingWarps, max(c.d.SMs, 1)*per)
+	grid = min((units+GemvRingWarps-1)/GemvRingWarps, max(c.d.SMs, 1)*per) // more warps than units: idle
 	if gemvRingMaxBlocks > 0 {
 		grid = min(grid, gemvRingMaxBlocks)
 	}
@@ -209,7 +226,7 @@ func (c *Ctx) gemvRingGrid(name string, f Func, units, smem int) (grid, threads 
 func gemvName(prefix string, M, K int) string {
 	base := prefix[:len(prefix)-2]
 	switch {
-	case GemvVariant == GemvRing && M == 1 && K%256 == 0:
+	case GemvVariant == GemvRing && M == 1 && K%256 == 0 && K >= GemvRingMinK:
 		return fmt.Sprintf("%s%s_m%d", base, ringSuffix(), M)
 	case GemvVariant == GemvShallow && M == 1:
 		return fmt.Sprintf("%s_s_m%d", base, M)
@@ -320,7 +337,7 @@ func (c *Ctx) GemvQKVRope(W, X, xrow, nw DevicePtr, eps float32, qkv, pos, slots
 			return err
 		}
 		return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
-			append([]uint64{P(W), P(X), P(xrow), P(nw), F(eps), P(qkv), I(N), I(H)}, rope...)...)
+			append([]uint64{P(W), P(X), P(xrow), P(nw), F(eps), P(qkv), I(N), I(H), P(c.ringCounter())}, rope...)...)
 	}
 	grid, upb, threads := c.gemvGrid(N/2, smem)
 	return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
