@@ -68,11 +68,6 @@ type Device struct {
 	// [attnPartFloats] fp32 and per-(token, head) arrival counters
 	// [attnCntInts] int32, zero between launches.
 	attnPart, attnCnt DevicePtr
-	// Ring GEMV ticket counters: ringSlots pairs of int32, zero between
-	// launches; consecutive launches take consecutive pairs (ringNext), so
-	// a launch overlapping its predecessor (PDL) never shares one.
-	ringCnt  DevicePtr
-	ringNext int
 }
 
 // launchCfg mirrors CUlaunchConfig (cuda.h, 64-bit): grid, block, shared
@@ -243,12 +238,6 @@ func (d *Device) init() error {
 	if err := d.c.Memset32(d.attnCnt, 0, attnCntInts); err != nil {
 		return err
 	}
-	if d.ringCnt, err2 = d.c.Alloc(ringSlots * 2 * 4); err2 != nil {
-		return err2
-	}
-	if err := d.c.Memset32(d.ringCnt, 0, ringSlots*2); err != nil {
-		return err
-	}
 	return d.c.Sync()
 }
 
@@ -264,9 +253,6 @@ func (d *Device) release() {
 	}
 	if d.attnCnt != 0 {
 		cu.cuMemFree.call(uintptr(d.attnCnt))
-	}
-	if d.ringCnt != 0 {
-		cu.cuMemFree.call(uintptr(d.ringCnt))
 	}
 	if d.mod != 0 {
 		cu.cuModuleUnload.call(d.mod)

@@ -345,65 +345,44 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
 
 // gemv_ring: the same GEMV (same bits) as a weight stream, for K a multiple
 // of 256 (every lane has C = K/256 chunks per row, and a unit's R rows are
-// contiguous). Each warp takes units from a ticket counter (cnt[0]; dynamic,
-// so blocks that start late, e.g. beside the previous kernel's last
-// blocks, take fewer) and each lane walks its chunks of those units (row by
-// row, chunk c = column block lane + 32c) through a ring of P 16-byte slots
-// in shared memory filled by cp.async: the first P copies are issued before
-// pdl_wait, and each chunk consumed is replaced by the copy P chunks ahead,
-// across unit boundaries, so the weight stream does not drain between
-// units. A lane only reads the slots it filled itself (per-thread cp.async
-// groups); the warp's units wait in a shared FIFO for the consumer. The
-// last warp to finish re-arms cnt (cnt[1] counts finished warps), so each
-// launch needs its own cnt pair while an earlier launch may still run.
-// Grid: at most the blocks that fit on the SMs at once, <= 8 warps each.
-// Dynamic shared memory: M*K floats of inputs, then warps * P * 32 slots.
+// contiguous). Warp gw of TW takes units gw, gw + TW, ...; each lane walks
+// its chunks of those units (row by row, chunk c = column block lane + 32c)
+// through a ring of P 16-byte slots in shared memory filled by cp.async:
+// the first P copies are issued before pdl_wait, and each chunk consumed is
+// replaced by the copy P chunks ahead, across unit boundaries, so the
+// weight stream does not drain between units. A lane only reads the slots
+// it filled itself (per-thread cp.async groups, no barrier). Grid: at most
+// the blocks that fit on the SMs at once. Dynamic shared memory: M*K floats
+// of inputs, then warps * P * 32 slots.
 template <int M, int NORM, int MODE, int P>
 __device__ void gemv_ring(const f16* __restrict__ W, const float* __restrict__ X, const int* __restrict__ xrow,
-                          const f16* __restrict__ nw, float eps, float* __restrict__ Y, int N, int K, RopeArgs ra,
-                          int* cnt) {
+                          const f16* __restrict__ nw, float eps, float* __restrict__ Y, int N, int K, RopeArgs ra) {
   extern __shared__ float4 smem4[];
   float* xs = (float*)smem4;
   __shared__ float scale[M];
-  constexpr int QN = 64;  // FIFO entries per warp (> P + 1 units in flight)
-  static_assert(P + 1 < QN, "ring deeper than the unit FIFO");
-  __shared__ int uq[8][QN];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
   constexpr int R = MODE >= 2 ? 2 : 1;
   const int units = MODE >= 2 ? N / 2 : N;
   const int nvec = K >> 3, C = nvec >> 5, CU = R * C;  // chunks per row / per unit, per lane
+  const int gw = blockIdx.x * nwarps + warp, TW = gridDim.x * nwarps;
+  const int mine = gw < units ? (units - 1 - gw) / TW + 1 : 0;
+  const int total = mine * CU;  // this warp's stream length (warp-uniform)
   uint4* ring = (uint4*)(xs + M * K) + warp * P * 32 + lane;  // slot s: ring[32 * s]
-  int* q = uq[warp];
+  // Load cursor: lp = this lane's first chunk of the unit being loaded, lc
+  // = chunk index within the unit, ls = ring slot.
   const size_t ustride = (size_t)R * nvec;
-  // Load cursor (warp-uniform): unit lu, chunk lc; lp = this lane's first
-  // chunk of unit lu; qh units entered in the FIFO.
-  int lu, lc = 0, qh = 0;
-  const uint4* lp = 0;
-  auto grab = [&]() {
-    int t = 0;
-    if (lane == 0) t = atomicAdd(cnt, 1);
-    lu = __shfl_sync(0xffffffffu, t, 0);
-    if (lu < units) {
-      if (lane == 0) q[qh & (QN - 1)] = lu;
-      qh++;
-      lp = (const uint4*)W + (size_t)lu * ustride + lane;
-    }
-  };
-  auto issue = [&](int slot) {  // lu < units
+  const uint4* lp = (const uint4*)W + (size_t)gw * ustride + lane;
+  int lc = 0;
+  auto issue = [&](int slot) {
     cp_async16(ring + 32 * slot, lp + 32 * lc);
     if (++lc == CU) {
       lc = 0;
-      grab();
+      lp += TW * ustride;
     }
   };
-  grab();
-  int issued = 0;
 #pragma unroll
   for (int p = 0; p < P; p++) {
-    if (lu < units) {
-      issue(p);
-      issued++;
-    }
+    if (p < total) issue(p);
     cp_async_commit();
   }
   pdl_trigger();
@@ -411,28 +390,21 @@ __device__ void gemv_ring(const f16* __restrict__ W, const float* __restrict__ X
   gemv_rope_meta<M, MODE>(ra, lane, mpos, mslot);
   pdl_wait();
   gemv_stage<M, NORM>(X, xrow, nw, eps, K, xs, scale);
-  __syncwarp();
-  int qt = 0, cu = issued > 0 ? q[qt++ & (QN - 1)] : 0;  // consume cursor: unit cu, row cr, chunk cc
-  int cr = 0, cc = 0, slot = 0;
+  if (total == 0) return;
+  int cu = gw, cr = 0, cc = 0, slot = 0;  // consume cursor
   float acc[2][M], cur[M], yold[M];
 #pragma unroll
   for (int m = 0; m < M; m++) acc[0][m] = acc[1][m] = cur[m] = 0.f;
-  float minv = 0.f;
-  if (issued > 0) {
-    if (MODE == 1 && lane == 0) {
+  if (MODE == 1 && lane == 0) {
 #pragma unroll
-      for (int m = 0; m < M; m++) yold[m] = Y[(size_t)m * N + cu];
-    }
-    minv = gemv_rope_freq<M, MODE>(ra, lane, cu);
+    for (int m = 0; m < M; m++) yold[m] = Y[(size_t)m * N + cu];
   }
-  for (int c = 0; c < issued; c++) {
-    cp_async_wait<P - 1>();  // this lane's copy c has landed
+  float minv = gemv_rope_freq<M, MODE>(ra, lane, cu);
+  for (int q = 0; q < total; q++) {
+    cp_async_wait<P - 1>();  // this lane's copy q has landed
     const uint4 w = ring[32 * slot];
     gemv_dot<M>(w, xs, K, (lane + 32 * cc) * 8, cur);  // uses w: the slot is free again
-    if (lu < units) {
-      issue(slot);
-      issued++;
-    }
+    if (q + P < total) issue(slot);
     cp_async_commit();
     if (++slot == P) slot = 0;
     if (++cc == C) {
@@ -459,9 +431,8 @@ __device__ void gemv_ring(const f16* __restrict__ W, const float* __restrict__ X
           }
         gemv_store<M, MODE>(acc, yold, cu, lane, Y, N, units, ra, mpos, mslot, minv);
         cr = 0;
-        if (c + 1 < issued) {
-          __syncwarp();
-          cu = q[qt++ & (QN - 1)];
+        cu += TW;
+        if (cu < units) {
           if (MODE == 1 && lane == 0) {
 #pragma unroll
             for (int m = 0; m < M; m++) yold[m] = Y[(size_t)m * N + cu];
@@ -472,10 +443,6 @@ __device__ void gemv_ring(const f16* __restrict__ W, const float* __restrict__ X
     }
   }
   cp_async_wait<0>();
-  if (lane == 0 && atomicAdd(cnt + 1, 1) == (int)(gridDim.x * (blockDim.x >> 5)) - 1) {
-    cnt[0] = 0;  // every warp has taken its last ticket: re-arm
-    cnt[1] = 0;
-  }
 }
 
 #define GEMV_ARGS const f16 *W, const float *X, const int *xrow, const f16 *nw, float eps, float *Y, int N, int K, int upb, int pf
@@ -521,23 +488,23 @@ __device__ void gemv_ring(const f16* __restrict__ W, const float* __restrict__ X
 // in flight per lane.
 #define GEMV_INST_R(SFX, P)                                                                                 \
   extern "C" __global__ void __launch_bounds__(256) gemv_norm##SFX##_m1(RING_ARGS) {                         \
-    gemv_ring<1, 1, 0, P>(W, X, xrow, nw, eps, Y, N, K, NO_ROPE, cnt);                                            \
+    gemv_ring<1, 1, 0, P>(W, X, xrow, nw, eps, Y, N, K, NO_ROPE);                                            \
   }                                                                                                         \
   extern "C" __global__ void __launch_bounds__(256) gemv_resid##SFX##_m1(RING_ARGS) {                        \
-    gemv_ring<1, 0, 1, P>(W, X, xrow, nw, eps, Y, N, K, NO_ROPE, cnt);                                            \
+    gemv_ring<1, 0, 1, P>(W, X, xrow, nw, eps, Y, N, K, NO_ROPE);                                            \
   }                                                                                                         \
   extern "C" __global__ void __launch_bounds__(256) gemv_plain##SFX##_m1(RING_ARGS) {                        \
-    gemv_ring<1, 0, 0, P>(W, X, xrow, nw, eps, Y, N, K, NO_ROPE, cnt);                                            \
+    gemv_ring<1, 0, 0, P>(W, X, xrow, nw, eps, Y, N, K, NO_ROPE);                                            \
   }                                                                                                         \
   extern "C" __global__ void __launch_bounds__(256) gemv_swiglu##SFX##_m1(RING_ARGS) {                       \
-    gemv_ring<1, 1, 2, P>(W, X, xrow, nw, eps, Y, N, K, NO_ROPE, cnt);                                            \
+    gemv_ring<1, 1, 2, P>(W, X, xrow, nw, eps, Y, N, K, NO_ROPE);                                            \
   }                                                                                                         \
   extern "C" __global__ void __launch_bounds__(256) gemv_qkv_rope##SFX##_m1(                                 \
       RING_ARGS, const int* pos, const int* slots, const float* inv_freq, float* kc, float* vc, int nh, int nkv, \
       int hd) {                                                                                             \
-    gemv_ring<1, 1, 3, P>(W, X, xrow, nw, eps, Y, N, K, RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd}, cnt); \
+    gemv_ring<1, 1, 3, P>(W, X, xrow, nw, eps, Y, N, K, RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd}); \
   }
-#define RING_ARGS const f16 *W, const float *X, const int *xrow, const f16 *nw, float eps, float *Y, int N, int K, int *cnt
+#define RING_ARGS const f16 *W, const float *X, const int *xrow, const f16 *nw, float eps, float *Y, int N, int K
 GEMV_INST_R(_r, 16)
 GEMV_INST_R(_r8, 8)
 GEMV_INST_R(_r32, 32)
@@ -751,6 +718,24 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
       }
     }
   }
+  // UV keys per partial in flight per round of the value phase; with pre
+  // and head dims <= 64, the first round's cached value rows are loaded
+  // into registers here too.
+  constexpr int UV = FPL > 1 ? 4 : 8;
+  constexpr bool VPRE = HD <= 64;
+  float4 vpre[VPRE ? UV : 1][FPL];
+  if (VPRE && pre) {
+    const int pe = min(ke, kb + CH);
+#pragma unroll
+    for (int u = 0; u < UV; u++) {
+      const int jj = kb + pid + u * NP;
+      if (jj < pe && jj < nc) {
+        const float4* vr = (const float4*)(vbase + (size_t)slot_list[off + jj] * kvdim);
+#pragma unroll
+        for (int f = 0; f < FPL; f++) vpre[u][f] = vr[dl + f * LPK];
+      }
+    }
+  }
   pdl_wait();
   for (int d = tid; d < HD; d += NT) qs[d] = qkv[(size_t)t * qkvdim + h * HD + d] * scale;
   float mrun = NEG_INF, l = 0.f;
@@ -820,13 +805,16 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
       }
       // UV keys per partial in flight per round; keys past c1 or masked
       // are skipped (same arithmetic order as one key at a time).
-      constexpr int UV = FPL > 1 ? 4 : 8;
       for (int j = c0 + pid; j < c1; j += UV * NP) {
         float4 v[UV][FPL];
+        const bool vfirst = VPRE && pre && j == kb + pid;  // preloaded round
 #pragma unroll
         for (int u = 0; u < UV; u++) {
           const int jj = j + u * NP;
-          if (jj < c1) {
+          if (vfirst && jj < nc) {
+#pragma unroll
+            for (int f = 0; f < FPL; f++) v[u][f] = vpre[VPRE ? u : 0][f];
+          } else if (jj < c1) {
             const float4* vr = (const float4*)(vbase + (size_t)sl[jj - c0] * kvdim);
 #pragma unroll
             for (int f = 0; f < FPL; f++) v[u][f] = vr[dl + f * LPK];

@@ -76,7 +76,7 @@ func (c *Ctx) Gemv(kind GemvKind, W, X, xrow, nw DevicePtr, eps float32, Y Devic
 			return err
 		}
 		return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
-			P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), P(c.ringCounter()))
+			P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K))
 	}
 	grid, upb, threads := c.gemvGrid(units, smem)
 	return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
@@ -174,17 +174,6 @@ func (c *Ctx) KernelInfo(name string, threads, smem int) (regs, perSM int, err e
 	}
 	perSM, err = c.BlocksPerSM(f, threads, smem)
 	return regs, perSM, err
-}
-
-// ringSlots is the number of ring GEMV counter pairs launches cycle through.
-const ringSlots = 64
-
-// ringCounter is the next ring launch's ticket counter pair.
-func (c *Ctx) ringCounter() DevicePtr {
-	d := c.d
-	p := d.ringCnt + DevicePtr(8*d.ringNext)
-	d.ringNext = (d.ringNext + 1) % ringSlots
-	return p
 }
 
 // useRing: the ring kernels serve batch 1 with K a multiple of 256.
@@ -337,7 +326,7 @@ func (c *Ctx) GemvQKVRope(W, X, xrow, nw DevicePtr, eps float32, qkv, pos, slots
 			return err
 		}
 		return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
-			append([]uint64{P(W), P(X), P(xrow), P(nw), F(eps), P(qkv), I(N), I(H), P(c.ringCounter())}, rope...)...)
+			append([]uint64{P(W), P(X), P(xrow), P(nw), F(eps), P(qkv), I(N), I(H)}, rope...)...)
 	}
 	grid, upb, threads := c.gemvGrid(N/2, smem)
 	return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,

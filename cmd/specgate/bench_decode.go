@@ -36,6 +36,7 @@ func runBenchDecode(args []string) error {
 	model := fs.String("model", "", "HF model directory instead of a shape")
 	prompt := fs.Int("prompt", 32, "prompt tokens (prefilled, not timed)")
 	tokens := fs.Int("tokens", 256, "decode steps timed")
+	stepEvents := fs.Bool("step-events", false, "also time each step's device work with CUDA events (adds ~2 event records per step)")
 	warmup := fs.Int("warmup", 8, "decode steps before timing")
 	graphs := fs.Bool("graphs", true, "cuda: replay decode steps as CUDA graphs")
 	devArgmax := fs.Bool("device-argmax", true, "cuda: greedy token by argmax on the device (4 bytes back per step instead of the logits)")
@@ -71,7 +72,7 @@ func runBenchDecode(args []string) error {
 	var gpu *cuda.Backend
 	var err error
 	if *backend == "cuda" || *backend == "auto" {
-		gpu, err = cuda.New(cfg, w, cuda.Options{NumSlots: slots, Random: w == nil, Seed: 1, NoGraphs: !*graphs, NoPDL: !*pdl})
+		gpu, err = cuda.New(cfg, w, cuda.Options{NumSlots: slots, Random: w == nil, Seed: 1, NoGraphs: !*graphs, NoPDL: !*pdl, TimeSteps: *stepEvents})
 		if err != nil && *backend == "cuda" {
 			return err
 		}
@@ -136,6 +137,9 @@ func runBenchDecode(args []string) error {
 			return err
 		}
 	}
+	if gpu != nil {
+		gpu.StepTimes() // drop the warm-up steps'
+	}
 	per := make([]float64, 0, *tokens)
 	start := time.Now()
 	for i := 0; i < *tokens; i++ {
@@ -158,6 +162,12 @@ func runBenchDecode(args []string) error {
 	fmt.Printf("decode: %d tokens in %.3f s: %.1f tokens/s (median step %.3f ms, p90 %.3f ms), context %d..%d\n",
 		*tokens, total, tps, per[len(per)/2]*1e3, per[len(per)*9/10]*1e3, *prompt+*warmup, n)
 	if gpu != nil {
+		dev := gpu.StepTimes()
+		if len(dev) > 0 {
+			sort.Float64s(dev)
+			fmt.Printf("device time per step (metadata upload + kernels, events): median %.3f ms, p90 %.3f ms; host and copy-back: %.3f ms of the median wall step\n",
+				dev[len(dev)/2]*1e3, dev[len(dev)*9/10]*1e3, (per[len(per)/2]-dev[len(dev)/2])*1e3)
+		}
 		d := gpu.Device()
 		g, replays := gpu.Stats()
 		fmt.Printf("device: %s (sm_%d%d, %d SMs), kernels %s, graphs %d, replays %d, device argmax %v, pdl %v\n",

@@ -25,14 +25,17 @@ var ErrRequest = errors.New("cuda backend: bad forward request")
 
 // Options tune the backend. Zero values pick defaults.
 type Options struct {
-	Device   int     // GPU ordinal
-	NumSlots int     // KV capacity in tokens (slots); default 8192
-	Random   bool    // ignore Weights; fill weights on device from Seed (benchmarks)
-	Seed     uint64  // for Random
-	NoGraphs bool    // run small batches eagerly instead of through CUDA graphs
-	NoCUBLAS bool    // large batches through chunked GEMV even when cuBLAS is present
-	NoPDL    bool    // no programmatic dependent launch (also off with SPECGATE_PDL=0)
-	Eps      float32 // overrides cfg.RMSNormEps when > 0
+	Device   int    // GPU ordinal
+	NumSlots int    // KV capacity in tokens (slots); default 8192
+	Random   bool   // ignore Weights; fill weights on device from Seed (benchmarks)
+	Seed     uint64 // for Random
+	NoGraphs bool   // run small batches eagerly instead of through CUDA graphs
+	NoCUBLAS bool   // large batches through chunked GEMV even when cuBLAS is present
+	NoPDL    bool   // no programmatic dependent launch (also off with SPECGATE_PDL=0)
+	// TimeSteps records device events around each forward's uploads and
+	// kernels (not the copy back), read with StepTimes (benchmarks).
+	TimeSteps bool
+	Eps       float32 // overrides cfg.RMSNormEps when > 0
 }
 
 type layer struct {
@@ -74,6 +77,8 @@ type Backend struct {
 	hostMeta                 []int32
 	hostFlat                 flatBatch
 	lastGraphHit, graphsMade int
+	ev0, ev1                 kernels.Event // TimeSteps
+	stepTimes                []float64     // TimeSteps: device seconds per forward
 }
 
 var _ engine.Backend = (*Backend)(nil)
@@ -280,6 +285,10 @@ func (b *Backend) Close() error {
 			c.Free(p)
 		}
 		c.Free(b.tmpKV)
+		if b.ev0 != 0 {
+			c.DestroyEvent(b.ev0)
+			c.DestroyEvent(b.ev1)
+		}
 		return nil
 	})
 	return b.dev.Close()

@@ -162,6 +162,11 @@ func (b *Backend) forward(reqs []*engine.ForwardRequest, argOut []int32) error {
 		copy(hm[lay.slotList:], fb.slotList)
 		copy(hm[lay.mask:], fb.mask)
 		stage := unsafe.Pointer(&b.stage.Bytes()[0])
+		if b.opt.TimeSteps {
+			if err := b.recordStart(c); err != nil {
+				return err
+			}
+		}
 		if err := c.HtoDRaw(b.meta, stage, (lay.slotList+fb.S)*4); err != nil {
 			return err
 		}
@@ -175,6 +180,12 @@ func (b *Backend) forward(reqs []*engine.ForwardRequest, argOut []int32) error {
 		}
 		if err := b.runMaybeGraph(c, fb.T, fb.R, lay, argmax); err != nil {
 			return err
+		}
+		if b.opt.TimeSteps {
+			if err := c.Record(b.ev1); err != nil {
+				return err
+			}
+			defer b.recordEnd(c)
 		}
 		V := b.cfg.VocabSize
 		logitsHost := unsafe.Add(stage, b.stageMetaBytes)
@@ -432,3 +443,34 @@ func (b *Backend) CopySlots(src, dst []int32) error {
 
 // Stats reports graph use: graphs captured and replays.
 func (b *Backend) Stats() (graphs, replays int) { return b.graphsMade, b.lastGraphHit }
+
+// recordStart (TimeSteps) records the start event, creating the events on first use.
+func (b *Backend) recordStart(c *kernels.Ctx) error {
+	if b.ev0 == 0 {
+		var err error
+		if b.ev0, err = c.NewEvent(); err != nil {
+			return err
+		}
+		if b.ev1, err = c.NewEvent(); err != nil {
+			return err
+		}
+	}
+	return c.Record(b.ev0)
+}
+
+// recordEnd (TimeSteps, after the forward's final Sync) keeps the device
+// time between the two events.
+func (b *Backend) recordEnd(c *kernels.Ctx) {
+	if ms, err := c.ElapsedMs(b.ev0, b.ev1); err == nil {
+		b.stepTimes = append(b.stepTimes, float64(ms)/1e3)
+	}
+}
+
+// StepTimes returns and clears the device seconds of each forward since the
+// last call (Options.TimeSteps): metadata upload plus kernels, from the
+// first to the last command the forward queued before copying results back.
+func (b *Backend) StepTimes() []float64 {
+	t := b.stepTimes
+	b.stepTimes = nil
+	return t
+}
