@@ -10,8 +10,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 )
 
@@ -158,7 +160,7 @@ func Open(ordinal int) (*Device, error) {
 	if err := loadLibs(); err != nil {
 		return nil, err
 	}
-	d := &Device{Ordinal: ordinal, reqs: make(chan func()), stopped: make(chan struct{}), funcs: map[string]Func{}}
+	d := &Device{Ordinal: ordinal, reqs: make(chan func(), 1), stopped: make(chan struct{}), funcs: map[string]Func{}}
 	d.c = Ctx{d}
 	for i := range d.argp {
 		d.argp[i] = uintptr(unsafe.Pointer(&d.args[i]))
@@ -181,10 +183,51 @@ func (d *Device) worker(initErr chan<- error) {
 		return
 	}
 	initErr <- nil
-	for f := range d.reqs {
+	for {
+		f, ok := d.next()
+		if !ok {
+			break
+		}
 		f()
 	}
 	d.release()
+}
+
+// HandoffSpin is how long the GPU worker polls for the next request after
+// one, and how long Do polls for its result, before blocking: a blocked
+// goroutine is woken through the OS scheduler (tens of µs per wake on a
+// VM; two per Do), which a decode loop pays on every step.
+// SPECGATE_GPU_SPIN_US sets it (0: always block). Default 5000 µs (longer
+// than a decode step of a 1B model, so a waiting caller does not park):
+// the spinning costs a core only while requests keep coming.
+var HandoffSpin = time.Duration(envIntDef("SPECGATE_GPU_SPIN_US", 5000)) * time.Microsecond
+
+func envIntDef(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v >= 0 {
+		return v
+	}
+	return def
+}
+
+// next returns the worker's next request (false once reqs is closed),
+// polling for HandoffSpin before blocking. The worker is locked to its
+// thread: it must not yield (runtime.Gosched would hand its thread off).
+func (d *Device) next() (func(), bool) {
+	if HandoffSpin > 0 {
+		deadline := time.Now().Add(HandoffSpin)
+		for i := 0; ; i++ {
+			select {
+			case f, ok := <-d.reqs:
+				return f, ok
+			default:
+			}
+			if i&63 == 63 && time.Now().After(deadline) {
+				break
+			}
+		}
+	}
+	f, ok := <-d.reqs
+	return f, ok
 }
 
 func (d *Device) init() error {
@@ -295,6 +338,20 @@ func (d *Device) Do(f func(c *Ctx) error) error {
 		done <- err
 	}
 	d.mu.Unlock()
+	if HandoffSpin > 0 {
+		deadline := time.Now().Add(HandoffSpin)
+		for i := 0; ; i++ {
+			select {
+			case err := <-done:
+				return err
+			default:
+			}
+			if i&15 == 15 && time.Now().After(deadline) {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
 	return <-done
 }
 

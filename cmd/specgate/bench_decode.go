@@ -169,6 +169,17 @@ func runBenchDecode(args []string) error {
 				dev[len(dev)/2]*1e3, dev[len(dev)*9/10]*1e3, (per[len(per)/2]-dev[len(dev)/2])*1e3)
 		}
 		d := gpu.Device()
+		rt := make([]float64, 200)
+		for i := range rt {
+			s := time.Now()
+			if err := d.Do(func(*kernels.Ctx) error { return nil }); err != nil {
+				return err
+			}
+			rt[i] = time.Since(s).Seconds()
+		}
+		sort.Float64s(rt)
+		fmt.Printf("GPU worker round trip (empty Do): median %.1f µs, p90 %.1f µs (hand-off spin %v)\n",
+			rt[len(rt)/2]*1e6, rt[len(rt)*9/10]*1e6, kernels.HandoffSpin)
 		g, replays := gpu.Stats()
 		fmt.Printf("device: %s (sm_%d%d, %d SMs), kernels %s, graphs %d, replays %d, device argmax %v, pdl %v\n",
 			d.Name, d.Major, d.Minor, d.SMs, d.Arch, g, replays, am != nil, *pdl && os.Getenv(kernels.PDLEnv) != "0")
