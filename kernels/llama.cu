@@ -139,13 +139,21 @@ template <int M, int NORM>
 __device__ __forceinline__ void gemv_stage(const float* __restrict__ X, const int* __restrict__ xrow,
                                            const f16* __restrict__ nw, float eps, int K, float* xs, float* scale) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
+  // Loads are issued in groups of G before their values are used (this
+  // runs after pdl_wait, on the critical path: one round trip per group).
+  constexpr int G = 8;
   if (NORM) {
     for (int m = warp; m < M; m += nwarps) {
       const float* src = X + (size_t)(xrow ? xrow[m] : m) * K;
       float ss = 0.f;
-      for (int k = lane * 4; k < K; k += 128) {
-        const float4 v = *(const float4*)(src + k);
-        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+      for (int k0 = lane * 4; k0 < K; k0 += 128 * G) {
+        float4 v[G];
+#pragma unroll
+        for (int i = 0; i < G; i++)
+          if (k0 + 128 * i < K) v[i] = *(const float4*)(src + k0 + 128 * i);
+#pragma unroll
+        for (int i = 0; i < G; i++)
+          if (k0 + 128 * i < K) ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
       }
       ss = warp_sum(ss);
       if (lane == 0) scale[m] = rsqrtf(ss / (float)K + eps);
@@ -154,14 +162,28 @@ __device__ __forceinline__ void gemv_stage(const float* __restrict__ X, const in
 #pragma unroll
   for (int m = 0; m < M; m++) {
     const float* src = X + (size_t)(xrow ? xrow[m] : m) * K;
-    for (int k = tid * 4; k < K; k += blockDim.x * 4) {
-      float4 v = *(const float4*)(src + k);
-      if (NORM) {
-        const uint2 g = *(const uint2*)(nw + k);
-        const float2 g0 = h2x2(g.x), g1 = h2x2(g.y);
-        v.x *= g0.x; v.y *= g0.y; v.z *= g1.x; v.w *= g1.y;
+    const int step = blockDim.x * 4;
+    for (int k0 = tid * 4; k0 < K; k0 += step * 4) {
+      float4 v[4];
+      uint2 g[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const int k = k0 + step * i;
+        if (k < K) {
+          v[i] = *(const float4*)(src + k);
+          if (NORM) g[i] = *(const uint2*)(nw + k);
+        }
       }
-      *(float4*)(xs + m * K + k) = v;
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const int k = k0 + step * i;
+        if (k >= K) break;
+        if (NORM) {
+          const float2 g0 = h2x2(g[i].x), g1 = h2x2(g[i].y);
+          v[i].x *= g0.x; v[i].y *= g0.y; v[i].z *= g1.x; v[i].w *= g1.y;
+        }
+        *(float4*)(xs + m * K + k) = v[i];
+      }
     }
   }
   __syncthreads();
@@ -908,6 +930,31 @@ ATTN_INST(32)
 ATTN_INST(64)
 ATTN_INST(128)
 ATTN_INST(256)
+
+// ---------------------------------------------------------------------------
+// decode_advance: multi-step greedy decoding of one sequence (no host
+// round trip between steps). The first node of each step: step counter i
+// (*step, zeroed by the host before step 0); for i > 0 it stores the
+// previous step's argmax as output i-1 and as this step's token, and
+// advances the one-token metadata by a position: cached and kvlen by one,
+// the slot to slot_list[cached] (the sequence's slot list holds the cached
+// prefix, then the slots of every step; kvoff is 0). grid 1, block 1.
+extern "C" __global__ void decode_advance(int* tokens, int* pos, int* slots, int* kvlen, int* cached,
+                                          const int* __restrict__ slot_list, const int* __restrict__ argidx,
+                                          int* out, int* step) {
+  const int i = *step;
+  if (i > 0) {
+    const int tok = argidx[0];
+    out[i - 1] = tok;
+    tokens[0] = tok;
+    pos[0] += 1;
+    const int c = cached[0] + 1;
+    cached[0] = c;
+    kvlen[0] = c + 1;
+    slots[0] = slot_list[c];
+  }
+  *step = i + 1;
+}
 
 // ---------------------------------------------------------------------------
 // KV compaction: gather then scatter, so overlapping src/dst sets are safe.

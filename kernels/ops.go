@@ -448,6 +448,16 @@ func (c *Ctx) Attention(qkv, out, kc, vc DevicePtr, m AttnMeta, T, nh, nkv, hd i
 	return nil
 }
 
+// DecodeAdvance launches decode_advance (see llama.cu): the first kernel of
+// each step of multi-step greedy decoding of one sequence. tokens, pos,
+// slots, kvlen, cached point at the step's one-token metadata, slotList
+// at the sequence's slot list, argIdx at the previous step's argmax; out
+// collects the tokens; step is the device step counter (zero before step 0).
+func (c *Ctx) DecodeAdvance(tokens, pos, slots, kvlen, cached, slotList, argIdx, out, step DevicePtr) error {
+	return c.LaunchByName("decode_advance", Dim3{1, 1, 1}, Dim3{1, 1, 1}, 0,
+		P(tokens), P(pos), P(slots), P(kvlen), P(cached), P(slotList), P(argIdx), P(out), P(step))
+}
+
 // KVGather copies cache[l][src[i]] to tmp[l][i] for i in [0,n), l in [0,L);
 // layerStride is the elements between layers of cache.
 func (c *Ctx) KVGather(cache, tmp, src DevicePtr, n, L, kvdim int, layerStride int64) error {

@@ -41,11 +41,15 @@ func runBenchDecode(args []string) error {
 	graphs := fs.Bool("graphs", true, "cuda: replay decode steps as CUDA graphs")
 	devArgmax := fs.Bool("device-argmax", true, "cuda: greedy token by argmax on the device (4 bytes back per step instead of the logits)")
 	pdl := fs.Bool("pdl", true, "cuda: programmatic dependent launch (kernels start during their predecessor's tail)")
+	multi := fs.Int("steps-per-call", 1, "cuda: greedy steps per host round trip (multi-step decoding, DecodeGreedy; 1 = one Forward per token)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *prompt < 1 || *tokens < 1 || *warmup < 0 || *prompt+*tokens+*warmup > 1<<16 {
 		return fmt.Errorf("bench-decode: --prompt, --tokens must be >= 1 and the total <= 65536")
+	}
+	if *multi < 1 || *multi > cuda.MaxDecodeSteps || *tokens%*multi != 0 || *warmup%*multi != 0 {
+		return fmt.Errorf("bench-decode: --steps-per-call must be in 1..%d and divide --tokens and --warmup", cuda.MaxDecodeSteps)
 	}
 	var cfg engine.Config
 	var w *engine.Weights
@@ -115,8 +119,22 @@ func runBenchDecode(args []string) error {
 	if a, ok := be.(cuda.Argmaxer); ok && *devArgmax {
 		am = a
 	}
-	out := make([]int32, 1)
+	out := make([]int32, max(1, *multi))
+	var st cuda.Stepper
+	if s, ok := be.(cuda.Stepper); ok && *multi > 1 {
+		st = s
+	} else if *multi > 1 {
+		return fmt.Errorf("bench-decode: --steps-per-call needs the cuda backend")
+	}
 	step := func() error {
+		if st != nil { // *multi tokens per call
+			if err := st.DecodeGreedy(next, int32(n), all[:n], all[n:n+*multi], out); err != nil {
+				return err
+			}
+			next = out[*multi-1]
+			n += *multi
+			return nil
+		}
 		q := &engine.ForwardRequest{CachedSlots: all[:n], Tokens: []int32{next}, Positions: all[n : n+1], Slots: all[n : n+1], Logits: pre.Logits}
 		if am != nil {
 			if err := am.ForwardArgmax([]*engine.ForwardRequest{q}, out); err != nil {
@@ -132,7 +150,11 @@ func runBenchDecode(args []string) error {
 		n++
 		return nil
 	}
-	for i := 0; i < *warmup; i++ {
+	per1 := 1 // tokens per step() call
+	if st != nil {
+		per1 = *multi
+	}
+	for i := 0; i < *warmup/per1; i++ {
 		if err := step(); err != nil {
 			return err
 		}
@@ -142,12 +164,12 @@ func runBenchDecode(args []string) error {
 	}
 	per := make([]float64, 0, *tokens)
 	start := time.Now()
-	for i := 0; i < *tokens; i++ {
+	for i := 0; i < *tokens/per1; i++ {
 		s := time.Now()
 		if err := step(); err != nil {
 			return err
 		}
-		per = append(per, time.Since(s).Seconds())
+		per = append(per, time.Since(s).Seconds()/float64(per1))
 	}
 	total := time.Since(start).Seconds()
 	sort.Float64s(per)
@@ -159,10 +181,17 @@ func runBenchDecode(args []string) error {
 	fmt.Printf("bench-decode: shape %s, %d layers, hidden %d, intermediate %d, heads %d/%d, vocab %d\n",
 		name, cfg.NumLayers, cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHeads, cfg.NumKVHeads, V)
 	fmt.Printf("prefill %d tokens: %.2f ms\n", *prompt, prefill.Seconds()*1e3)
-	fmt.Printf("decode: %d tokens in %.3f s: %.1f tokens/s (median step %.3f ms, p90 %.3f ms), context %d..%d\n",
-		*tokens, total, tps, per[len(per)/2]*1e3, per[len(per)*9/10]*1e3, *prompt+*warmup, n)
+	mode := "one Forward per token"
+	if st != nil {
+		mode = fmt.Sprintf("%d greedy steps per DecodeGreedy call", per1)
+	}
+	fmt.Printf("decode: %d tokens in %.3f s: %.1f tokens/s (median step %.3f ms, p90 %.3f ms), context %d..%d, %s\n",
+		*tokens, total, tps, per[len(per)/2]*1e3, per[len(per)*9/10]*1e3, *prompt+*warmup, n, mode)
 	if gpu != nil {
 		dev := gpu.StepTimes()
+		for i := range dev {
+			dev[i] /= float64(per1)
+		}
 		if len(dev) > 0 {
 			sort.Float64s(dev)
 			fmt.Printf("device time per step (metadata upload + kernels, events): median %.3f ms, p90 %.3f ms; host and copy-back: %.3f ms of the median wall step\n",

@@ -66,6 +66,7 @@ type Backend struct {
 	x, qkv, attn, act, gu    kernels.DevicePtr
 	h16, logits              kernels.DevicePtr
 	argIdx                   kernels.DevicePtr // int32 [capR]: device argmax of each logits row
+	stepOut, stepCnt         kernels.DevicePtr // DecodeGreedy: int32 [MaxDecodeSteps] tokens, int32 step counter
 	meta                     kernels.DevicePtr // int32 metadata, layout from metaLayout(capT, capS, capW, capR)
 	capS, capW               int
 	stage                    kernels.HostBuf // pinned: metadata (int32) then logits (fp32)
@@ -295,11 +296,12 @@ func (b *Backend) Close() error {
 }
 
 func (b *Backend) freeScratch(c *kernels.Ctx) {
-	for _, p := range []kernels.DevicePtr{b.x, b.qkv, b.attn, b.act, b.gu, b.h16, b.logits, b.meta, b.argIdx} {
+	for _, p := range []kernels.DevicePtr{b.x, b.qkv, b.attn, b.act, b.gu, b.h16, b.logits, b.meta, b.argIdx, b.stepOut, b.stepCnt} {
 		c.Free(p)
 	}
 	c.FreeHost(b.stage)
 	b.x, b.qkv, b.attn, b.act, b.gu, b.h16, b.logits, b.meta, b.argIdx = 0, 0, 0, 0, 0, 0, 0, 0, 0
+	b.stepOut, b.stepCnt = 0, 0
 	b.stage = kernels.HostBuf{}
 	for k, g := range b.graphs {
 		c.DestroyGraph(g)
@@ -339,6 +341,7 @@ func (b *Backend) ensure(c *kernels.Ctx, T, S, W, R int) error {
 		{&b.act, T * cfg.IntermediateSize * 4}, {&b.gu, T * max(2*cfg.IntermediateSize, b.qkvDim) * 4},
 		{&b.h16, T * max(cfg.HiddenSize, cfg.IntermediateSize, cfg.QDim()) * 2},
 		{&b.logits, R * cfg.VocabSize * 4}, {&b.argIdx, R * 4},
+		{&b.stepOut, MaxDecodeSteps * 4}, {&b.stepCnt, 4},
 	} {
 		if *a.p, err = c.Alloc(a.bytes); err != nil {
 			return err
@@ -349,7 +352,7 @@ func (b *Backend) ensure(c *kernels.Ctx, T, S, W, R int) error {
 		return err
 	}
 	b.stageMetaBytes = lay.total * 4
-	if b.stage, err = c.AllocHost(b.stageMetaBytes + R*cfg.VocabSize*4); err != nil {
+	if b.stage, err = c.AllocHost(b.stageMetaBytes + max(R*cfg.VocabSize, MaxDecodeSteps)*4); err != nil {
 		return err
 	}
 	b.capT, b.capS, b.capW, b.capR = T, S, W, R

@@ -428,3 +428,109 @@ func TestPDLAndDeviceArgmax(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeGreedy: multi-step greedy decoding (DecodeGreedy, token fed
+// back on the device) gives the tokens of as many single ForwardArgmax
+// steps, for calls of 7, 1, 16 and 16 steps in a row (so later calls
+// attend to KV the earlier calls wrote), with scattered slots; bad
+// arguments are refused.
+func TestDecodeGreedy(t *testing.T) {
+	type model struct {
+		name string
+		mk   func() *Backend
+	}
+	var models []model
+	gq := configs()["gqa"]
+	models = append(models, model{"random gqa", func() *Backend { _, b := newPair(t, gq, 21, Options{}); return b }})
+	if dir := "../../models/specgate-target"; fileExists(dir + "/config.json") {
+		cfg, err := engine.LoadConfig(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := engine.LoadWeights(dir, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		models = append(models, model{"specgate-target", func() *Backend {
+			b, err := New(cfg, w, Options{NumSlots: 512})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			return b
+		}})
+	}
+	const total = 40
+	slotOf := func(i int) int32 { return int32(100 + (i*37)%300) } // step i's slot: scattered, distinct
+	for _, m := range models {
+		ref, multi := m.mk(), m.mk()
+		V := ref.cfg.VocabSize
+		prompt := seq(3, 12)
+		for i := range prompt {
+			prompt[i] = int32((int(prompt[i]) * 131) % V)
+		}
+		pre := func(b *Backend) int32 {
+			r := &engine.ForwardRequest{Tokens: prompt, Positions: seq(0, 12), Slots: seq(0, 12), LogitsRows: []int32{11}}
+			out := make([]int32, 1)
+			if err := b.ForwardArgmax([]*engine.ForwardRequest{r}, out); err != nil {
+				t.Fatal(err)
+			}
+			return out[0]
+		}
+		t0 := pre(ref)
+		if t1 := pre(multi); t1 != t0 {
+			t.Fatalf("%s: prefill argmax %d vs %d", m.name, t0, t1)
+		}
+		cached := seq(0, 12)
+		var want []int32
+		tok := t0
+		for i := 0; i < total; i++ {
+			r := &engine.ForwardRequest{CachedSlots: append([]int32(nil), cached...), Tokens: []int32{tok},
+				Positions: []int32{int32(12 + i)}, Slots: []int32{slotOf(i)}}
+			out := make([]int32, 1)
+			if err := ref.ForwardArgmax([]*engine.ForwardRequest{r}, out); err != nil {
+				t.Fatal(err)
+			}
+			cached = append(cached, slotOf(i))
+			want = append(want, out[0])
+			tok = out[0]
+		}
+		var got []int32
+		cached = seq(0, 12)
+		tok = t0
+		done := 0
+		for _, n := range []int{7, 1, 16, 16} {
+			slots := make([]int32, n)
+			for i := range slots {
+				slots[i] = slotOf(done + i)
+			}
+			out := make([]int32, n+1)
+			out[n] = -5
+			if err := multi.DecodeGreedy(tok, int32(12+done), cached, slots, out); err != nil {
+				t.Fatal(err)
+			}
+			if out[n] != -5 {
+				t.Fatalf("%s: DecodeGreedy wrote past its %d steps", m.name, n)
+			}
+			got = append(got, out[:n]...)
+			cached = append(cached, slots...)
+			tok = out[n-1]
+			done += n
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s: DecodeGreedy tokens\n%v\nsingle steps\n%v", m.name, got, want)
+		}
+		t.Logf("%s: %d tokens equal (calls of 7, 1, 16, 16 steps); graphs %d", m.name, total, multi.graphsMade)
+		if err := multi.DecodeGreedy(tok, 52, cached, []int32{1, 2}, make([]int32, 1)); !errors.Is(err, ErrRequest) {
+			t.Fatalf("short out: %v, want ErrRequest", err)
+		}
+		if err := multi.DecodeGreedy(tok, 52, cached, make([]int32, MaxDecodeSteps+1), make([]int32, MaxDecodeSteps+1)); !errors.Is(err, ErrRequest) {
+			t.Fatalf("too many steps: %v, want ErrRequest", err)
+		}
+		if err := multi.DecodeGreedy(tok, 52, cached, []int32{400, 1 << 20}, make([]int32, 2)); !errors.Is(err, ErrSlot) {
+			t.Fatalf("bad slot: %v, want ErrSlot", err)
+		}
+	}
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }

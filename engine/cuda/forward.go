@@ -240,24 +240,39 @@ func (b *Backend) graphable(c *kernels.Ctx, T, R int) bool {
 type graphKey struct {
 	T, R   int
 	argmax bool
+	multi  bool // a DecodeGreedy step: decode_advance first
 }
 
 func (b *Backend) runMaybeGraph(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) error {
-	if !b.graphable(c, T, R) {
+	return b.runMaybeGraphKey(c, graphKey{T, R, argmax, false}, lay)
+}
+
+// runMaybeGraphKey runs one step: from its CUDA graph when the batch is
+// graphable (capturing it the first time), else eagerly.
+func (b *Backend) runMaybeGraphKey(c *kernels.Ctx, key graphKey, lay metaLayout) error {
+	T, R, argmax := key.T, key.R, key.argmax
+	run := func() error {
+		if key.multi {
+			if err := b.advance(c, lay); err != nil {
+				return err
+			}
+		}
 		return b.run(c, T, R, lay, argmax)
 	}
-	key := graphKey{T, R, argmax}
+	if !b.graphable(c, T, R) {
+		return run()
+	}
 	g := b.graphs[key]
 	if g == nil {
 		// Run once eagerly first: it sets kernel attributes and loads
 		// functions outside capture, and produces this step's results.
-		if err := b.run(c, T, R, lay, argmax); err != nil {
+		if err := run(); err != nil {
 			return err
 		}
 		if err := c.BeginCapture(); err != nil {
 			return err
 		}
-		err := b.run(c, T, R, lay, argmax)
+		err := run()
 		g2, err2 := c.EndCapture()
 		if err != nil {
 			c.DestroyGraph(g2)
@@ -272,6 +287,108 @@ func (b *Backend) runMaybeGraph(c *kernels.Ctx, T, R int, lay metaLayout, argmax
 	}
 	b.lastGraphHit++
 	return c.LaunchGraph(g)
+}
+
+// advance enqueues decode_advance over the one-token metadata at lay.
+func (b *Backend) advance(c *kernels.Ctx, lay metaLayout) error {
+	mp := func(off int) kernels.DevicePtr { return b.meta + kernels.DevicePtr(off*4) }
+	return c.DecodeAdvance(mp(lay.tokens), mp(lay.pos), mp(lay.slots), mp(lay.kvlen), mp(lay.cached), mp(lay.slotList),
+		b.argIdx, b.stepOut, b.stepCnt)
+}
+
+// MaxDecodeSteps is the most steps one DecodeGreedy call runs.
+const MaxDecodeSteps = 256
+
+// Stepper is an optional capability of a backend (the CUDA one has it):
+// DecodeGreedy runs len(slots) greedy decode steps of one sequence in one
+// call (multi-step decoding): step i feeds its token at position pos+i
+// into slot slots[i] and attends to cached, then to slots[:i+1]; its
+// argmax (ties to the lowest id) is out[i] and the next step's token.
+// Step 0's token is token. The KV cache afterwards holds all len(slots)
+// fed tokens, exactly as after as many single steps; the caller discards
+// outputs past a stop token (their slots stay allocated to it).
+type Stepper interface {
+	DecodeGreedy(token, pos int32, cached, slots []int32, out []int32) error
+}
+
+var _ Stepper = (*Backend)(nil)
+
+// DecodeGreedy implements Stepper. The host takes no part between steps:
+// each step's graph starts with decode_advance, which feeds the previous
+// argmax back on the device and advances the metadata, so one upload, one
+// copy back and one wait serve len(slots) tokens (the per-step graph
+// launches are queued back to back).
+func (b *Backend) DecodeGreedy(token, pos int32, cached, slots []int32, out []int32) error {
+	if b.closed {
+		return kernels.ErrClosed
+	}
+	n := len(slots)
+	if n < 1 || n > MaxDecodeSteps || len(out) < n {
+		return fmt.Errorf("DecodeGreedy: %d steps (want 1..%d), out holds %d: %w", n, MaxDecodeSteps, len(out), ErrRequest)
+	}
+	req := &engine.ForwardRequest{Tokens: []int32{token}, Positions: []int32{pos}, Slots: slots[:1], CachedSlots: cached}
+	return b.dev.Do(func(c *kernels.Ctx) error {
+		fb, err := b.flatten([]*engine.ForwardRequest{req})
+		if err != nil {
+			return err
+		}
+		for _, s := range slots[1:] {
+			if s < 0 || int(s) >= b.opt.NumSlots {
+				return fmt.Errorf("DecodeGreedy: slot %d not in [0, %d): %w", s, b.opt.NumSlots, ErrSlot)
+			}
+		}
+		fb.slotList = append(fb.slotList, slots[1:]...)
+		fb.S = len(fb.slotList)
+		if err := b.ensure(c, 1, fb.S, fb.W, 1); err != nil {
+			return err
+		}
+		lay := layoutFor(b.capT, b.capS, b.capW, b.capR)
+		hm := b.hostMeta
+		copy(hm[lay.tokens:], fb.tokens)
+		copy(hm[lay.pos:], fb.pos)
+		copy(hm[lay.slots:], fb.slots)
+		copy(hm[lay.kvoff:], fb.kvoff)
+		copy(hm[lay.kvlen:], fb.kvlen)
+		copy(hm[lay.cached:], fb.cached)
+		copy(hm[lay.maskoff:], fb.maskof)
+		copy(hm[lay.rows:], fb.rows)
+		copy(hm[lay.slotList:], fb.slotList)
+		stage := unsafe.Pointer(&b.stage.Bytes()[0])
+		if b.opt.TimeSteps {
+			if err := b.recordStart(c); err != nil {
+				return err
+			}
+		}
+		if err := c.HtoDRaw(b.meta, stage, (lay.slotList+fb.S)*4); err != nil {
+			return err
+		}
+		if err := c.Memset32(b.stepCnt, 0, 1); err != nil {
+			return err
+		}
+		for i := 0; i < n; i++ {
+			if err := b.runMaybeGraphKey(c, graphKey{1, 1, true, true}, lay); err != nil {
+				return err
+			}
+		}
+		if err := b.advance(c, lay); err != nil { // stores the last step's token
+			return err
+		}
+		if b.opt.TimeSteps {
+			if err := c.Record(b.ev1); err != nil {
+				return err
+			}
+			defer b.recordEnd(c)
+		}
+		res := unsafe.Add(stage, b.stageMetaBytes)
+		if err := c.DtoHRaw(res, b.stepOut, n*4); err != nil {
+			return err
+		}
+		if err := c.Sync(); err != nil {
+			return err
+		}
+		copy(out, unsafe.Slice((*int32)(res), n))
+		return nil
+	})
 }
 
 // run enqueues the forward of T tokens with R logits rows (and, with
