@@ -35,6 +35,18 @@ type Backend interface {
 	Close() error
 }
 
+// GreedyStepper is an optional Backend capability: multi-step greedy
+// decoding of one sequence in one call, without a host round trip per
+// token (the CUDA backend feeds each argmax back on the device).
+// DecodeGreedy runs len(slots) steps: step i feeds its token at position
+// pos+i into slot slots[i], attending to cached and then slots[:i+1]; its
+// argmax (ties to the lowest id) is out[i] and the next step's token; step
+// 0's token is token. Afterwards the KV holds the len(slots) fed tokens,
+// exactly as after as many single Forward steps.
+type GreedyStepper interface {
+	DecodeGreedy(token, pos int32, cached, slots []int32, out []int32) error
+}
+
 // ForwardRequest is one sequence's share of a batched forward.
 //
 // The sequence already holds Cached tokens of KV, at slots CachedSlots[0:Cached]
@@ -69,6 +81,10 @@ type SamplingParams struct {
 	FrequencyPenalty float32
 	Seed             *uint64 // nil = random seed
 	Logprobs         int     // number of top logprobs to report per token; 0 = none (chosen token's logprob is always reported)
+	// SkipLogprobs: the caller ignores logprobs, so the engine may decode a
+	// lone greedy request several tokens per step on a GreedyStepper
+	// backend (Options.DecodeSteps), where chunks carry no logprobs.
+	SkipLogprobs bool
 }
 
 // GenerateRequest is one completion.

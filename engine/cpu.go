@@ -262,6 +262,30 @@ func ValidateRequest(cfg Config, numSlots, i int, r *ForwardRequest) error {
 	return nil
 }
 
+// DecodeGreedy implements GreedyStepper with one Forward per step (the
+// CPU has no host round trip to save; it keeps the engine's multi-step
+// path testable without a GPU).
+func (b *CPUBackend) DecodeGreedy(token, pos int32, cached, slots []int32, out []int32) error {
+	if len(slots) < 1 || len(out) < len(slots) {
+		return fmt.Errorf("engine: DecodeGreedy: %d steps, out holds %d", len(slots), len(out))
+	}
+	ctx := append([]int32(nil), cached...)
+	logits := make([]float32, b.cfg.VocabSize)
+	for i, s := range slots {
+		r := &ForwardRequest{CachedSlots: ctx, Tokens: []int32{token}, Positions: []int32{pos + int32(i)},
+			Slots: []int32{s}, Logits: logits}
+		if err := b.Forward([]*ForwardRequest{r}); err != nil {
+			return err
+		}
+		token = Argmax(r.Logits)
+		out[i] = token
+		ctx = append(ctx, s)
+	}
+	return nil
+}
+
+var _ GreedyStepper = (*CPUBackend)(nil)
+
 // Forward runs one batched forward (see Backend).
 func (b *CPUBackend) Forward(reqs []*ForwardRequest) error {
 	cfg := b.cfg

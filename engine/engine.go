@@ -34,6 +34,13 @@ type Options struct {
 	// AckWait is how long a step waits for requests still handing their last
 	// token to their caller, so that they join the batch; 0 = 2ms.
 	AckWait time.Duration
+	// DecodeSteps > 1 lets a lone greedy request (temperature 0, no
+	// penalties, SkipLogprobs, no speculation, no other request active)
+	// decode up to that many tokens per scheduler step through the
+	// backend's GreedyStepper (multi-step decoding: one host round trip per
+	// chunk, see engine/cuda DecodeGreedy), emitted as one chunk. 0 or 1:
+	// one token per step. serve sets 8 on the CUDA backend.
+	DecodeSteps int
 }
 
 // Engine serves Generate calls on one Model with continuous batching: one
@@ -566,6 +573,16 @@ func (e *Engine) step(ready []*request, active int) {
 			specs = append(specs, r)
 			continue
 		}
+		if k := e.greedySteps(r, len(ready), active); k > 1 {
+			toks, ok, err := r.seq.DecodeGreedy(r.generated[len(r.generated)-1], k)
+			if ok && err == nil {
+				r.generated = append(r.generated, toks...)
+				e.generated.Add(int64(len(toks)))
+				r.out <- stepOut{toks: toks}
+				continue
+			}
+			// no stepper, or it failed (e.g. the KV is full): one plain step
+		}
 		items = append(items, BatchItem{Seq: r.seq, Tokens: []int32{r.generated[len(r.generated)-1]}})
 		owners = append(owners, r)
 	}
@@ -604,6 +621,23 @@ func (e *Engine) step(ready []*request, active int) {
 		}
 	}
 	e.specSteps(specs, active)
+}
+
+// greedySteps is how many tokens the lone request r may decode in this
+// step through the backend's GreedyStepper (Options.DecodeSteps); <= 1:
+// one plain step.
+func (e *Engine) greedySteps(r *request, ready, active int) int {
+	if e.opts.DecodeSteps <= 1 || ready != 1 || active != 1 || r.recompute {
+		return 0
+	}
+	sp := r.sampler
+	if sp.Temperature > 0 || sp.PresencePenalty != 0 || sp.FrequencyPenalty != 0 || sp.Logprobs > 0 || !r.req.Sampling.SkipLogprobs {
+		return 0
+	}
+	if _, ok := e.m.backend.(GreedyStepper); !ok {
+		return 0
+	}
+	return min(e.opts.DecodeSteps, r.maxNew-len(r.generated))
 }
 
 // specSteps advances speculative requests: those whose speculator is a

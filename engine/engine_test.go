@@ -325,3 +325,94 @@ func TestGenerateMaxBatchFair(t *testing.T) {
 		}
 	}
 }
+
+// countingStepper wraps a CPUBackend and counts DecodeGreedy calls.
+type countingStepper struct {
+	*CPUBackend
+	calls, steps int
+}
+
+func (c *countingStepper) DecodeGreedy(token, pos int32, cached, slots []int32, out []int32) error {
+	c.calls++
+	c.steps += len(slots)
+	return c.CPUBackend.DecodeGreedy(token, pos, cached, slots, out)
+}
+
+// TestMultiStepDecode: with Options.DecodeSteps a lone greedy request that
+// skips logprobs decodes several tokens per scheduler step through the
+// backend's GreedyStepper, with the tokens of one-step decoding; max_tokens,
+// stop tokens and stop strings cut a chunk in the middle; sampled
+// requests, requests that want logprobs, and DecodeSteps 0 keep one token
+// per step; after a multi-step run the sequence's KV serves the next
+// request's prefix like any other.
+func TestMultiStepDecode(t *testing.T) {
+	m := NewRandomModel(genConfig(), 21, LoadOptions{KVTokens: 2048, BlockSize: 4, Threads: 2})
+	cs := &countingStepper{CPUBackend: m.backend.(*CPUBackend)}
+	m.backend = cs
+	prompt := []int32{1, 5, 7, 9, 11, 13, 17, 19, 23, 29, 31}
+	want := manualGreedy(t, m, prompt, 30)
+	e := New(m, Options{DecodeSteps: 8})
+	defer e.Close()
+	greedy := SamplingParams{SkipLogprobs: true}
+	var chunks []int
+	res, err := e.Generate(context.Background(), GenerateRequest{Prompt: prompt, MaxTokens: 30, Sampling: greedy}, func(c Chunk) error {
+		chunks = append(chunks, len(c.Tokens))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := collect(e, context.Background(), GenerateRequest{Prompt: prompt, MaxTokens: 30, Sampling: greedy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) || res.CompletionTokens != 30 || res.Finish != FinishLength {
+		t.Fatalf("multi-step %v (%+v)\none-step   %v", got, res, want)
+	}
+	// first token from the prefill, then chunks of <= 8: 1 + 8 + 8 + 8 + 5
+	if fmt.Sprint(chunks) != "[1 8 8 8 5]" || cs.calls != 8 || cs.steps != 2*29 {
+		t.Fatalf("chunks %v, DecodeGreedy calls %d steps %d; want [1 8 8 8 5], 8 calls, 58 steps", chunks, cs.calls, cs.steps)
+	}
+	// a stop token inside a chunk ends generation there
+	stop := want[12]
+	first := 0
+	for want[first] != stop {
+		first++
+	}
+	got, res, err = collect(e, context.Background(), GenerateRequest{Prompt: prompt, MaxTokens: 30, StopTokenIDs: []int32{stop}, Sampling: greedy})
+	if err != nil || fmt.Sprint(got) != fmt.Sprint(want[:first]) || res.Finish != FinishStop {
+		t.Fatalf("stop token %d: %v (%+v, %v), want %v", stop, got, res, err, want[:first])
+	}
+	// requests that are sampled or want logprobs, and an engine without DecodeSteps, stay one token per step
+	calls := cs.calls
+	for _, c := range []struct {
+		e  *Engine
+		sp SamplingParams
+	}{{e, SamplingParams{}}, {e, SamplingParams{SkipLogprobs: true, Temperature: 0.7}}, {e, SamplingParams{SkipLogprobs: true, Logprobs: 2}}} {
+		if _, err := e.Generate(context.Background(), GenerateRequest{Prompt: prompt, MaxTokens: 10, Sampling: c.sp}, func(ch Chunk) error {
+			if len(ch.Tokens) > 1 {
+				return fmt.Errorf("sampling %+v: chunk of %d tokens", c.sp, len(ch.Tokens))
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e1 := New(m, Options{})
+	defer e1.Close()
+	got, _, err = collect(e1, context.Background(), GenerateRequest{Prompt: prompt, MaxTokens: 30, Sampling: greedy})
+	if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("DecodeSteps 0: %v (%v), want %v", got, err, want)
+	}
+	if cs.calls != calls {
+		t.Fatalf("DecodeGreedy called %d times by one-token requests", cs.calls-calls)
+	}
+	// a prompt extending the multi-step output reuses its cached blocks and decodes the same
+	ext := append(append([]int32(nil), prompt...), want[:20]...)
+	wantExt := manualGreedy(t, m, ext, 6)
+	got, res, err = collect(e, context.Background(), GenerateRequest{Prompt: ext, MaxTokens: 6, Sampling: greedy})
+	if err != nil || fmt.Sprint(got) != fmt.Sprint(wantExt) {
+		t.Fatalf("extended prompt: %v (%v), want %v", got, err, wantExt)
+	}
+	t.Logf("chunks %v; cached prompt tokens on the extension: %d", chunks, res.CachedTokens)
+}

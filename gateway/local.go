@@ -50,6 +50,9 @@ func (j *job) request(i int) engine.GenerateRequest {
 		r.Sampling.Seed = &sd
 	}
 	r.PrefixSalt = j.tenant
+	// Without logprobs in the response the engine may decode several
+	// greedy tokens per step (engine.Options.DecodeSteps).
+	r.Sampling.SkipLogprobs = !j.logprobs
 	return r
 }
 

@@ -24,6 +24,11 @@ var sources embed.FS
 // (default: the user cache dir + /specgate/kernels).
 const KernelCacheEnv = "SPECGATE_KERNEL_CACHE"
 
+// KernelDefinesEnv adds NVRTC options (e.g. "-DGEMV_STAGE_G=4") to the
+// kernel build, for experiments with the tuning macros in llama.cu; they
+// are part of the disk cache key.
+const KernelDefinesEnv = "SPECGATE_KERNEL_DEFINES"
+
 // DevicePtr is a device address (CUdeviceptr). 0 is the null pointer.
 type DevicePtr uintptr
 
@@ -759,6 +764,7 @@ func compileModule(major, minor int) (img []byte, arch string, hit bool, err err
 	var errs []string
 	for _, t := range tries {
 		opts := []string{"--gpu-architecture=" + t.arch, "--std=c++17", "-default-device", "--fmad=true"}
+		opts = append(opts, strings.Fields(os.Getenv(KernelDefinesEnv))...)
 		h := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%v\x00nvrtc%d.%d", src, opts, vmaj, vmin)))
 		path := filepath.Join(cacheDir(), t.arch+"-"+hex.EncodeToString(h[:12])+map[bool]string{true: ".cubin", false: ".ptx"}[t.cubin])
 		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {

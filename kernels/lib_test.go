@@ -68,3 +68,19 @@ func TestGemvWarpsEnv(t *testing.T) {
 		}
 	}
 }
+
+func TestGemvVariantEnv(t *testing.T) {
+	for _, c := range []struct{ v, deep, want string }{
+		{"", "", GemvShallow}, {"ring", "", GemvRing}, {"deep", "", GemvDeep}, {"shallow", "1", GemvShallow},
+		{"", "1", GemvDeep}, {"", "0", GemvShallow}, {"bogus", "", GemvShallow},
+	} {
+		if got := gemvVariantEnv(c.v, c.deep); got != c.want {
+			t.Errorf("gemvVariantEnv(%q, %q) = %q, want %q", c.v, c.deep, got, c.want)
+		}
+	}
+	for v, want := range map[string]int{"": 16, "8": 8, "16": 16, "32": 32, "7": 16} {
+		if got := ringDepthEnv(v); got != want {
+			t.Errorf("ringDepthEnv(%q) = %d, want %d", v, got, want)
+		}
+	}
+}

@@ -89,20 +89,24 @@ func (c *Ctx) Gemv(kind GemvKind, W, X, xrow, nw DevicePtr, eps float32, Y Devic
 const (
 	// GemvRing: for batch 1 and K a multiple of 256 (else the deep
 	// kernels), persistent blocks (as many as fit on the SMs at once), each
-	// warp streaming its units' weight chunks through a ring of 16 registers
-	// per lane, refilled across unit boundaries (the default).
+	// warp streaming its units' weight chunks through a cp.async ring in
+	// shared memory, refilled across unit boundaries. Faster alone (down
+	// projection 9.1 vs 11.2 µs on an H100) but slower inside a decode step
+	// (docs/cuda.md, round 4): its blocks fill the SMs, so the next
+	// kernel's blocks cannot start beside them.
 	GemvRing = "ring"
 	// GemvDeep: one unit per warp at a time, 8 chunks per row in flight per
 	// lane (24 for the residual GEMVs, so the 5632-wide down projection
 	// streams in one round), first unit loaded before the PDL wait.
 	GemvDeep = "deep"
-	// GemvShallow: the round-2 batch-1 kernels (8 chunks per lane in all);
-	// other batch sizes use the deep kernels.
+	// GemvShallow: the round-2 batch-1 kernels (8 chunks per lane in all,
+	// few registers, so more blocks per SM); other batch sizes use the deep
+	// kernels. The default: fastest decode step measured (docs/cuda.md).
 	GemvShallow = "shallow"
 )
 
-// GemvVariant is the GEMV family launched: SPECGATE_GEMV=ring|deep|shallow
-// (SPECGATE_GEMV_DEEP=0, the round-3 switch, means shallow). Measurements:
+// GemvVariant is the GEMV family launched: SPECGATE_GEMV=shallow|deep|ring
+// (SPECGATE_GEMV_DEEP=1, the round-3 switch, means deep). Measurements:
 // docs/cuda.md.
 var GemvVariant = gemvVariantEnv(os.Getenv("SPECGATE_GEMV"), os.Getenv("SPECGATE_GEMV_DEEP"))
 
@@ -111,10 +115,10 @@ func gemvVariantEnv(v, deep string) string {
 	case GemvRing, GemvDeep, GemvShallow:
 		return v
 	}
-	if deep == "0" {
-		return GemvShallow
+	if deep == "1" {
+		return GemvDeep
 	}
-	return GemvRing
+	return GemvShallow
 }
 
 // GemvRingBlocksPerSM caps the ring GEMV's blocks (8 warps) per SM

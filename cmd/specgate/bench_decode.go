@@ -48,9 +48,10 @@ func runBenchDecode(args []string) error {
 	if *prompt < 1 || *tokens < 1 || *warmup < 0 || *prompt+*tokens+*warmup > 1<<16 {
 		return fmt.Errorf("bench-decode: --prompt, --tokens must be >= 1 and the total <= 65536")
 	}
-	if *multi < 1 || *multi > cuda.MaxDecodeSteps || *tokens%*multi != 0 || *warmup%*multi != 0 {
-		return fmt.Errorf("bench-decode: --steps-per-call must be in 1..%d and divide --tokens and --warmup", cuda.MaxDecodeSteps)
+	if *multi < 1 || *multi > cuda.MaxDecodeSteps || *tokens%*multi != 0 {
+		return fmt.Errorf("bench-decode: --steps-per-call must be in 1..%d and divide --tokens", cuda.MaxDecodeSteps)
 	}
+	*warmup = (*warmup + *multi - 1) / *multi * *multi // whole calls
 	var cfg engine.Config
 	var w *engine.Weights
 	switch {

@@ -184,7 +184,13 @@ func loadModels(cfg *gateway.Config, log *slog.Logger) ([]*gateway.LocalModel, f
 			closeAll()
 			return nil, nil, fmt.Errorf("models[%d] %s: speculative.method medusa: %w", i, mc.Name, errSpecUnavailable)
 		}
-		eng := engine.New(m, engine.Options{MaxBatch: mc.MaxBatch, Speculator: spec})
+		eo := engine.Options{MaxBatch: mc.MaxBatch, Speculator: spec}
+		if backend == "cuda" || backend == "auto" { // auto fell back to "cpu" when there is no GPU
+			// multi-step greedy decoding for a lone greedy request: one host
+			// round trip per 8 tokens (docs/cuda.md)
+			eo.DecodeSteps = 8
+		}
+		eng := engine.New(m, eo)
 		closers = append(closers, func() { _ = eng.Close(); _ = m.Close() })
 		st, _ := os.Stat(mc.Path)
 		created := time.Now()

@@ -299,17 +299,9 @@ func (b *Backend) advance(c *kernels.Ctx, lay metaLayout) error {
 // MaxDecodeSteps is the most steps one DecodeGreedy call runs.
 const MaxDecodeSteps = 256
 
-// Stepper is an optional capability of a backend (the CUDA one has it):
-// DecodeGreedy runs len(slots) greedy decode steps of one sequence in one
-// call (multi-step decoding): step i feeds its token at position pos+i
-// into slot slots[i] and attends to cached, then to slots[:i+1]; its
-// argmax (ties to the lowest id) is out[i] and the next step's token.
-// Step 0's token is token. The KV cache afterwards holds all len(slots)
-// fed tokens, exactly as after as many single steps; the caller discards
-// outputs past a stop token (their slots stay allocated to it).
-type Stepper interface {
-	DecodeGreedy(token, pos int32, cached, slots []int32, out []int32) error
-}
+// Stepper is engine.GreedyStepper (multi-step greedy decoding), which the
+// CUDA backend implements with the token fed back on the device.
+type Stepper = engine.GreedyStepper
 
 var _ Stepper = (*Backend)(nil)
 
