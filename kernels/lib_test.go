@@ -78,9 +78,4 @@ func TestGemvVariantEnv(t *testing.T) {
 			t.Errorf("gemvVariantEnv(%q, %q) = %q, want %q", c.v, c.deep, got, c.want)
 		}
 	}
-	for v, want := range map[string]int{"": 16, "8": 8, "16": 16, "32": 32, "7": 16} {
-		if got := ringDepthEnv(v); got != want {
-			t.Errorf("ringDepthEnv(%q) = %d, want %d", v, got, want)
-		}
-	}
 }

@@ -130,31 +130,9 @@ var GemvRingBlocksPerSM = envInt("SPECGATE_GEMV_RING_BPS", 0, 0, 8)
 // 2, 4 or 8, default 8).
 var GemvRingWarps = envInt("SPECGATE_GEMV_RING_WARPS", 8, 2, 8)
 
-// GemvRingDepth is the ring GEMV's chunks in flight per lane
-// (SPECGATE_GEMV_RING_P: 8, 16 or 32, default 16): shared memory of
-// warps * depth * 512 bytes per block.
-var GemvRingDepth = ringDepthEnv(os.Getenv("SPECGATE_GEMV_RING_P"))
-
-func ringDepthEnv(v string) int {
-	switch v {
-	case "8":
-		return 8
-	case "32":
-		return 32
-	}
-	return 16
-}
-
-// ringSuffix names the ring kernels of depth GemvRingDepth.
-func ringSuffix() string {
-	switch GemvRingDepth {
-	case 8:
-		return "_r8"
-	case 32:
-		return "_r32"
-	}
-	return "_r"
-}
+// GemvRingDepth is the ring GEMV's chunks in flight per lane: shared
+// memory of warps * depth * 512 bytes per block.
+const GemvRingDepth = 16
 
 // gemvRingSmem is the ring GEMV's dynamic shared memory: the inputs plus
 // the slots.
@@ -220,7 +198,7 @@ func gemvName(prefix string, M, K int) string {
 	base := prefix[:len(prefix)-2]
 	switch {
 	case GemvVariant == GemvRing && M == 1 && K%256 == 0 && K >= GemvRingMinK:
-		return fmt.Sprintf("%s%s_m%d", base, ringSuffix(), M)
+		return fmt.Sprintf("%s_r_m%d", base, M)
 	case GemvVariant == GemvShallow && M == 1:
 		return fmt.Sprintf("%s_s_m%d", base, M)
 	}
