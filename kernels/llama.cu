@@ -266,6 +266,23 @@ __device__ __forceinline__ void gemv_store(const float (&acc)[2][M], const float
   }
 }
 
+// gemv_finish: warp-sum the lanes' partial dot products of unit u, apply
+// the norm scale and store (gemv_store).
+template <int M, int NORM, int MODE>
+__device__ __forceinline__ void gemv_finish(float (&acc)[2][M], const float (&yold)[M], const float* scale, int u,
+                                            int lane, float* __restrict__ Y, int N, int units, const RopeArgs& ra,
+                                            int mpos, int mslot, float minv) {
+  constexpr int R = MODE >= 2 ? 2 : 1;
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+      acc[r][m] = warp_sum(acc[r][m]);
+      if (NORM) acc[r][m] *= scale[m];
+    }
+  gemv_store<M, MODE>(acc, yold, u, lane, Y, N, units, ra, mpos, mslot, minv);
+}
+
 // gemv_rope_meta: MODE 3 only: lane m < M gets token m's position and slot
 // (launch metadata, written by no kernel: read before pdl_wait).
 template <int M, int MODE>
@@ -361,14 +378,7 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
         for (int r = 0; r < R; r++) gemv_dot<M>(q[r][i], xs, K, k, acc[r]);
       }
     }
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-      for (int m = 0; m < M; m++) {
-        acc[r][m] = warp_sum(acc[r][m]);
-        if (NORM) acc[r][m] *= scale[m];
-      }
-    gemv_store<M, MODE>(acc, yold, u, lane, Y, N, units, ra, mpos, mslot, minv);
+    gemv_finish<M, NORM, MODE>(acc, yold, scale, u, lane, Y, N, units, ra, mpos, mslot, minv);
   }
 }
 
@@ -451,14 +461,7 @@ __device__ void gemv_ring(const f16* __restrict__ W, const float* __restrict__ X
           acc[R - 1][m] = cur[m];
           cur[m] = 0.f;
         }
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-          for (int m = 0; m < M; m++) {
-            acc[r][m] = warp_sum(acc[r][m]);
-            if (NORM) acc[r][m] *= scale[m];
-          }
-        gemv_store<M, MODE>(acc, yold, cu, lane, Y, N, units, ra, mpos, mslot, minv);
+        gemv_finish<M, NORM, MODE>(acc, yold, scale, cu, lane, Y, N, units, ra, mpos, mslot, minv);
         cr = 0;
         cu += TW;
         if (cu < units) {

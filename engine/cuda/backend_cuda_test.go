@@ -335,14 +335,7 @@ func TestShippedModels(t *testing.T) {
 	for _, cfgPath := range dirs {
 		dir := filepath.Dir(cfgPath)
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			cfg, err := engine.LoadConfig(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			w, err := engine.LoadWeights(dir, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg, w := loadModelDir(t, dir)
 			roundF16(w)
 			cpu, err := engine.NewCPUBackend(cfg, w, 512, 0)
 			if err != nil {
@@ -443,14 +436,7 @@ func TestDecodeGreedy(t *testing.T) {
 	gq := configs()["gqa"]
 	models = append(models, model{"random gqa", func() *Backend { _, b := newPair(t, gq, 21, Options{}); return b }})
 	if dir := "../../models/specgate-target"; fileExists(dir + "/config.json") {
-		cfg, err := engine.LoadConfig(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w, err := engine.LoadWeights(dir, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cfg, w := loadModelDir(t, dir)
 		models = append(models, model{"specgate-target", func() *Backend {
 			b, err := New(cfg, w, Options{NumSlots: 512})
 			if err != nil {
@@ -534,3 +520,17 @@ func TestDecodeGreedy(t *testing.T) {
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// loadModelDir loads an HF model directory's config and weights.
+func loadModelDir(t *testing.T, dir string) (engine.Config, *engine.Weights) {
+	t.Helper()
+	cfg, err := engine.LoadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := engine.LoadWeights(dir, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, w
+}

@@ -146,34 +146,9 @@ func (b *Backend) forward(reqs []*engine.ForwardRequest, argOut []int32) error {
 		if err != nil {
 			return err
 		}
-		if err := b.ensure(c, fb.T, fb.S, fb.W, max(fb.R, 1)); err != nil {
+		lay, stage, err := b.uploadMeta(c, fb)
+		if err != nil {
 			return err
-		}
-		lay := layoutFor(b.capT, b.capS, b.capW, b.capR)
-		hm := b.hostMeta
-		copy(hm[lay.tokens:], fb.tokens)
-		copy(hm[lay.pos:], fb.pos)
-		copy(hm[lay.slots:], fb.slots)
-		copy(hm[lay.kvoff:], fb.kvoff)
-		copy(hm[lay.kvlen:], fb.kvlen)
-		copy(hm[lay.cached:], fb.cached)
-		copy(hm[lay.maskoff:], fb.maskof)
-		copy(hm[lay.rows:], fb.rows)
-		copy(hm[lay.slotList:], fb.slotList)
-		copy(hm[lay.mask:], fb.mask)
-		stage := unsafe.Pointer(&b.stage.Bytes()[0])
-		if b.opt.TimeSteps {
-			if err := b.recordStart(c); err != nil {
-				return err
-			}
-		}
-		if err := c.HtoDRaw(b.meta, stage, (lay.slotList+fb.S)*4); err != nil {
-			return err
-		}
-		if fb.W > 0 {
-			if err := c.HtoDRaw(b.meta+kernels.DevicePtr(lay.mask*4), unsafe.Add(stage, lay.mask*4), fb.W*4); err != nil {
-				return err
-			}
 		}
 		if argmax && len(argOut) < fb.R {
 			return fmt.Errorf("ForwardArgmax: out holds %d tokens, the batch has %d logits rows: %w", len(argOut), fb.R, ErrRequest)
@@ -289,6 +264,42 @@ func (b *Backend) runMaybeGraphKey(c *kernels.Ctx, key graphKey, lay metaLayout)
 	return c.LaunchGraph(g)
 }
 
+// uploadMeta sizes the scratch for fb, writes its metadata to the pinned
+// staging buffer and queues the copy to the device (with TimeSteps, after
+// the start event). It returns the layout and the staging buffer.
+func (b *Backend) uploadMeta(c *kernels.Ctx, fb *flatBatch) (metaLayout, unsafe.Pointer, error) {
+	if err := b.ensure(c, fb.T, fb.S, fb.W, max(fb.R, 1)); err != nil {
+		return metaLayout{}, nil, err
+	}
+	lay := layoutFor(b.capT, b.capS, b.capW, b.capR)
+	hm := b.hostMeta
+	copy(hm[lay.tokens:], fb.tokens)
+	copy(hm[lay.pos:], fb.pos)
+	copy(hm[lay.slots:], fb.slots)
+	copy(hm[lay.kvoff:], fb.kvoff)
+	copy(hm[lay.kvlen:], fb.kvlen)
+	copy(hm[lay.cached:], fb.cached)
+	copy(hm[lay.maskoff:], fb.maskof)
+	copy(hm[lay.rows:], fb.rows)
+	copy(hm[lay.slotList:], fb.slotList)
+	copy(hm[lay.mask:], fb.mask)
+	stage := unsafe.Pointer(&b.stage.Bytes()[0])
+	if b.opt.TimeSteps {
+		if err := b.recordStart(c); err != nil {
+			return lay, stage, err
+		}
+	}
+	if err := c.HtoDRaw(b.meta, stage, (lay.slotList+fb.S)*4); err != nil {
+		return lay, stage, err
+	}
+	if fb.W > 0 {
+		if err := c.HtoDRaw(b.meta+kernels.DevicePtr(lay.mask*4), unsafe.Add(stage, lay.mask*4), fb.W*4); err != nil {
+			return lay, stage, err
+		}
+	}
+	return lay, stage, nil
+}
+
 // advance enqueues decode_advance over the one-token metadata at lay.
 func (b *Backend) advance(c *kernels.Ctx, lay metaLayout) error {
 	mp := func(off int) kernels.DevicePtr { return b.meta + kernels.DevicePtr(off*4) }
@@ -331,27 +342,8 @@ func (b *Backend) DecodeGreedy(token, pos int32, cached, slots []int32, out []in
 		}
 		fb.slotList = append(fb.slotList, slots[1:]...)
 		fb.S = len(fb.slotList)
-		if err := b.ensure(c, 1, fb.S, fb.W, 1); err != nil {
-			return err
-		}
-		lay := layoutFor(b.capT, b.capS, b.capW, b.capR)
-		hm := b.hostMeta
-		copy(hm[lay.tokens:], fb.tokens)
-		copy(hm[lay.pos:], fb.pos)
-		copy(hm[lay.slots:], fb.slots)
-		copy(hm[lay.kvoff:], fb.kvoff)
-		copy(hm[lay.kvlen:], fb.kvlen)
-		copy(hm[lay.cached:], fb.cached)
-		copy(hm[lay.maskoff:], fb.maskof)
-		copy(hm[lay.rows:], fb.rows)
-		copy(hm[lay.slotList:], fb.slotList)
-		stage := unsafe.Pointer(&b.stage.Bytes()[0])
-		if b.opt.TimeSteps {
-			if err := b.recordStart(c); err != nil {
-				return err
-			}
-		}
-		if err := c.HtoDRaw(b.meta, stage, (lay.slotList+fb.S)*4); err != nil {
+		lay, stage, err := b.uploadMeta(c, fb)
+		if err != nil {
 			return err
 		}
 		if err := c.Memset32(b.stepCnt, 0, 1); err != nil {
