@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/engine/cuda"
 	"github.com/specgate/specgate/speculative"
 )
 
@@ -24,6 +25,7 @@ func runBenchSpec(args []string) error {
 	temp := fs.Float64("temperature", 0, "sampling temperature (0 = greedy; outputs are then checked equal to plain)")
 	threads := fs.Int("threads", 0, "CPU backend threads (0 = GOMAXPROCS)")
 	costs := fs.Bool("costs", true, "also measure the cost model's verify and draft costs on this machine")
+	backend := fs.String("backend", "cpu", "cpu or cuda (both models on the GPU)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -32,6 +34,13 @@ func runBenchSpec(args []string) error {
 		return fmt.Errorf("bench-spec: --prompts in [1, %d], --tokens in [1, 512], --runs in [1, 20]", len(all))
 	}
 	lo := engine.LoadOptions{Threads: *threads}
+	switch *backend {
+	case "cpu":
+	case "cuda":
+		lo.NewBackend = cuda.Factory(cuda.Options{})
+	default:
+		return fmt.Errorf("bench-spec: --backend %q: want cpu or cuda", *backend)
+	}
 	tm, err := engine.Load(*target, lo)
 	if err != nil {
 		return err
