@@ -59,8 +59,8 @@ func runBenchSpec(args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("target %s, draft %s; %d prompts x %d new tokens, temperature %g, median of %d run(s), batch 1, CPU backend\n\n",
-		*target, *draft, *prompts, *tokens, *temp, *runs)
+	fmt.Printf("target %s, draft %s; %d prompts x %d new tokens, temperature %g, median of %d run(s), batch 1, %s backend\n\n",
+		*target, *draft, *prompts, *tokens, *temp, *runs, *backend)
 	fmt.Print(speculative.FormatBench(rows))
 	if *costs {
 		v, d, err := speculative.ForwardCosts(tm, dm, 8, 3)
