@@ -75,6 +75,8 @@ type Device struct {
 	// [attnPartFloats] fp32 and per-(token, head) arrival counters
 	// [attnCntInts] int32, zero between launches.
 	attnPart, attnCnt DevicePtr
+	fnames            map[Func]string // kernel names, for DebugLaunches errors
+	capturing         bool            // between BeginCapture and EndCapture
 }
 
 // launchCfg mirrors CUlaunchConfig (cuda.h, 64-bit): grid, block, shared
@@ -139,7 +141,10 @@ func (c *Ctx) launchPDL(f Func, grid, block Dim3, smem int, args ...uint64) erro
 		blockX: block.X, blockY: max(block.Y, 1), blockZ: max(block.Z, 1), smem: uint32(smem),
 		stream: d.stream, attrs: uintptr(unsafe.Pointer(&d.lattr)), numAttrs: 1}
 	r := cu.cuLaunchKernelEx.call(uintptr(unsafe.Pointer(&d.lcfg)), uintptr(f), uintptr(unsafe.Pointer(&d.argp[0])), 0)
-	return cuErr(r, "cuLaunchKernelEx")
+	if err := cuErr(r, "cuLaunchKernelEx"); err != nil {
+		return err
+	}
+	return c.checkLaunch(c.funcName(f))
 }
 
 // launchByNamePDL is LaunchByName through launchPDL.
@@ -391,7 +396,37 @@ func (c *Ctx) Func(name string) (Func, error) {
 		return 0, cuErr(r, "cuModuleGetFunction("+name+")")
 	}
 	c.d.funcs[name] = Func(f)
+	if c.d.fnames == nil {
+		c.d.fnames = map[Func]string{}
+	}
+	c.d.fnames[Func(f)] = name
 	return Func(f), nil
+}
+
+// DebugLaunches makes every kernel launch and graph replay outside stream
+// capture wait for its completion and report an execution error (illegal
+// address, trap, ...) with the kernel's name, instead of at a later
+// synchronisation. On with SPECGATE_CUDA_DEBUG=1 or in builds with the
+// cudadebug tag; it serialises the host with the GPU (slow).
+var DebugLaunches = debugBuild || os.Getenv("SPECGATE_CUDA_DEBUG") == "1"
+
+// checkLaunch is called after a successful launch of what (DebugLaunches).
+func (c *Ctx) checkLaunch(what string) error {
+	if !DebugLaunches || c.d.capturing {
+		return nil
+	}
+	if err := c.Sync(); err != nil {
+		return fmt.Errorf("kernels: %s failed on the device: %w", what, err)
+	}
+	return nil
+}
+
+// funcName is the kernel name of f (for errors).
+func (c *Ctx) funcName(f Func) string {
+	if n, ok := c.d.fnames[f]; ok {
+		return n
+	}
+	return fmt.Sprintf("kernel %#x", uintptr(f))
 }
 
 // SetMaxDynamicSmem lets f use up to bytes of dynamic shared memory.
@@ -441,7 +476,10 @@ func (c *Ctx) Launch(f Func, grid, block Dim3, smem int, args ...uint64) error {
 	r := cu.cuLaunchKernel.call(uintptr(f), uintptr(grid.X), uintptr(max(grid.Y, 1)), uintptr(max(grid.Z, 1)),
 		uintptr(block.X), uintptr(max(block.Y, 1)), uintptr(max(block.Z, 1)), uintptr(smem), d.stream,
 		uintptr(unsafe.Pointer(&d.argp[0])), 0)
-	return cuErr(r, "cuLaunchKernel")
+	if err := cuErr(r, "cuLaunchKernel"); err != nil {
+		return err
+	}
+	return c.checkLaunch(c.funcName(f))
 }
 
 // LaunchByName is Launch with a kernel looked up by name.
@@ -614,12 +652,17 @@ type Graph struct{ exec, graph uintptr }
 
 // BeginCapture starts recording the stream's work into a graph.
 func (c *Ctx) BeginCapture() error {
-	return cuErr(cu.cuStreamBeginCapture.call(c.d.stream, 1 /* thread-local */), "cuStreamBeginCapture")
+	if err := cuErr(cu.cuStreamBeginCapture.call(c.d.stream, 1 /* thread-local */), "cuStreamBeginCapture"); err != nil {
+		return err
+	}
+	c.d.capturing = true
+	return nil
 }
 
 // EndCapture stops recording and instantiates the graph.
 func (c *Ctx) EndCapture() (*Graph, error) {
 	var g uintptr
+	c.d.capturing = false
 	if r := cu.cuStreamEndCapture.call(c.d.stream, uintptr(unsafe.Pointer(&g))); r != 0 {
 		return nil, cuErr(r, "cuStreamEndCapture")
 	}
@@ -633,7 +676,10 @@ func (c *Ctx) EndCapture() (*Graph, error) {
 
 // LaunchGraph replays g on the stream.
 func (c *Ctx) LaunchGraph(g *Graph) error {
-	return cuErr(cu.cuGraphLaunch.call(g.exec, c.d.stream), "cuGraphLaunch")
+	if err := cuErr(cu.cuGraphLaunch.call(g.exec, c.d.stream), "cuGraphLaunch"); err != nil {
+		return err
+	}
+	return c.checkLaunch("graph replay")
 }
 
 // DestroyGraph frees g.

@@ -7,6 +7,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -916,4 +918,41 @@ func TestGemvQKVRope(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestDebugLaunchNamesFaultingKernel: with DebugLaunches, a kernel that
+// faults on the device (an embedding gather far out of bounds) is reported
+// by its launch, with the kernel's name and the driver's error. Runs in a
+// child process: a fault poisons the CUDA context for good.
+func TestDebugLaunchNamesFaultingKernel(t *testing.T) {
+	if os.Getenv("SPECGATE_DEBUG_CHILD") == "1" {
+		DebugLaunches = true
+		d, err := Open(0)
+		if err != nil {
+			fmt.Printf("CHILD-OPEN: %v\n", err)
+			os.Exit(0)
+		}
+		err = d.Do(func(c *Ctx) error {
+			table, _ := c.Alloc(64 * 8 * 2)
+			x, _ := c.Alloc(8 * 4)
+			tokens := devBuf(fatalPanics{t}, c, []int32{1 << 30}, 4) // row 2^30 of a 64-row table
+			return c.Embed(table, tokens, x, 1, 8)
+		})
+		fmt.Printf("CHILD-ERR: %v\n", err)
+		os.Exit(0)
+	}
+	testDevice(t) // skips without a GPU
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestDebugLaunchNamesFaultingKernel$")
+	cmd.Env = append(os.Environ(), "SPECGATE_DEBUG_CHILD=1")
+	out, _ := cmd.CombinedOutput()
+	line := ""
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "CHILD-") {
+			line = l
+		}
+	}
+	if !strings.HasPrefix(line, "CHILD-ERR: embed_f16") || !strings.Contains(line, "failed on the device") {
+		t.Fatalf("child output %q, want the embed_f16 launch to report the fault:\n%s", line, out)
+	}
+	t.Log(line)
 }

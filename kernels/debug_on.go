@@ -1,0 +1,6 @@
+//go:build cudadebug
+
+package kernels
+
+// debugBuild: built with the cudadebug tag, every launch is checked (DebugLaunches).
+const debugBuild = true
