@@ -42,7 +42,8 @@ type Backend interface {
 // pos+i into slot slots[i], attending to cached and then slots[:i+1]; its
 // argmax (ties to the lowest id) is out[i] and the next step's token; step
 // 0's token is token. Afterwards the KV holds the len(slots) fed tokens,
-// exactly as after as many single Forward steps.
+// exactly as after as many single Forward steps. Implementations accept at
+// least MaxDecodeSteps steps per call.
 type GreedyStepper interface {
 	DecodeGreedy(token, pos int32, cached, slots []int32, out []int32) error
 }
@@ -51,7 +52,9 @@ type GreedyStepper interface {
 //
 // The sequence already holds Cached tokens of KV, at slots CachedSlots[0:Cached]
 // (half-open), with positions 0..Cached-1. The request adds len(Tokens) new
-// tokens.
+// tokens. No slot in Slots may be a cached slot of any request of the same
+// batch: the CUDA kernels read cached rows while the new ones are being
+// written (they treat the cached prefix as constant during the forward).
 type ForwardRequest struct {
 	CachedSlots []int32 // slots of the cached prefix, in position order; len = cached length
 	Tokens      []int32 // new tokens

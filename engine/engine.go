@@ -39,7 +39,8 @@ type Options struct {
 	// decode up to that many tokens per scheduler step through the
 	// backend's GreedyStepper (multi-step decoding: one host round trip per
 	// chunk, see engine/cuda DecodeGreedy), emitted as one chunk. 0 or 1:
-	// one token per step. serve sets 8 on the CUDA backend.
+	// one token per step; at most MaxDecodeSteps. serve sets 8 on the CUDA
+	// backend.
 	DecodeSteps int
 }
 
@@ -95,6 +96,7 @@ func New(m *Model, opts Options) *Engine {
 	if opts.AckWait <= 0 {
 		opts.AckWait = 2 * time.Millisecond
 	}
+	opts.DecodeSteps = min(opts.DecodeSteps, MaxDecodeSteps)
 	e := &Engine{m: m, opts: opts, events: make(chan event, 64), quit: make(chan struct{}), done: make(chan struct{})}
 	go e.loop()
 	return e
@@ -575,13 +577,17 @@ func (e *Engine) step(ready []*request, active int) {
 		}
 		if k := e.greedySteps(r, len(ready), active); k > 1 {
 			toks, ok, err := r.seq.DecodeGreedy(r.generated[len(r.generated)-1], k)
-			if ok && err == nil {
+			switch {
+			case ok && err == nil:
 				r.generated = append(r.generated, toks...)
 				e.generated.Add(int64(len(toks)))
 				r.out <- stepOut{toks: toks}
 				continue
+			case err != nil && !errors.Is(err, ErrKVExhausted) && !errors.Is(err, ErrContextLength):
+				e.fail(r, fmt.Errorf("engine: multi-step decode: %w", err))
+				continue
 			}
-			// no stepper, or it failed (e.g. the KV is full): one plain step
+			// no room for k tokens: one plain step (which preempts or fails as usual)
 		}
 		items = append(items, BatchItem{Seq: r.seq, Tokens: []int32{r.generated[len(r.generated)-1]}})
 		owners = append(owners, r)
@@ -622,6 +628,10 @@ func (e *Engine) step(ready []*request, active int) {
 	}
 	e.specSteps(specs, active)
 }
+
+// MaxDecodeSteps caps Options.DecodeSteps (a chunk's tokens are emitted
+// together, and every GreedyStepper must accept this many steps).
+const MaxDecodeSteps = 64
 
 // greedySteps is how many tokens the lone request r may decode in this
 // step through the backend's GreedyStepper (Options.DecodeSteps); <= 1:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -330,9 +331,13 @@ func TestGenerateMaxBatchFair(t *testing.T) {
 type countingStepper struct {
 	*CPUBackend
 	calls, steps int
+	fail         error
 }
 
 func (c *countingStepper) DecodeGreedy(token, pos int32, cached, slots []int32, out []int32) error {
+	if c.fail != nil {
+		return c.fail
+	}
 	c.calls++
 	c.steps += len(slots)
 	return c.CPUBackend.DecodeGreedy(token, pos, cached, slots, out)
@@ -415,4 +420,9 @@ func TestMultiStepDecode(t *testing.T) {
 		t.Fatalf("extended prompt: %v (%v), want %v", got, err, wantExt)
 	}
 	t.Logf("chunks %v; cached prompt tokens on the extension: %d", chunks, res.CachedTokens)
+	// a stepper error other than a full KV fails the request instead of hiding behind plain steps
+	cs.fail = errors.New("device lost")
+	if _, _, err := collect(e, context.Background(), GenerateRequest{Prompt: prompt, MaxTokens: 30, Sampling: greedy}); err == nil || !strings.Contains(err.Error(), "device lost") {
+		t.Fatalf("failing stepper: err %v, want the stepper's error", err)
+	}
 }

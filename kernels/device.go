@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -54,6 +55,7 @@ type Device struct {
 
 	reqs    chan func()
 	stopped chan struct{} // closed when the worker has released the context
+	dead    atomic.Bool   // the worker exited inside a request (Goexit)
 	mu      sync.Mutex
 	closed  bool
 
@@ -193,6 +195,23 @@ func (d *Device) worker(initErr chan<- error) {
 		return
 	}
 	initErr <- nil
+	// If a request ends the worker (runtime.Goexit inside Do), requests
+	// already queued are answered with ErrClosed instead of never.
+	defer func() {
+		if d.dead.Load() {
+			for {
+				select {
+				case f, ok := <-d.reqs:
+					if !ok {
+						return
+					}
+					f()
+				default:
+					return
+				}
+			}
+		}
+	}()
 	for {
 		f, ok := d.next()
 		if !ok {
@@ -209,8 +228,15 @@ func (d *Device) worker(initErr chan<- error) {
 // VM; two per Do), which a decode loop pays on every step.
 // SPECGATE_GPU_SPIN_US sets it (0: always block). Default 5000 µs (longer
 // than a decode step of a 1B model, so a waiting caller does not park):
-// the spinning costs a core only while requests keep coming.
+// the spinning costs a core only while requests keep coming. Only with 4
+// or more Ps (spinAllowed): the polling worker holds its P, and with one P
+// the caller could not even run to collect its result.
 var HandoffSpin = time.Duration(envIntDef("SPECGATE_GPU_SPIN_US", 5000)) * time.Microsecond
+
+// spinAllowed reports whether hand-off polling may run now (HandoffSpin > 0
+// and at least 4 Ps, so a polling worker and a polling caller leave the
+// rest of the process room).
+func spinAllowed() bool { return HandoffSpin > 0 && runtime.GOMAXPROCS(0) >= 4 }
 
 func envIntDef(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v >= 0 {
@@ -223,7 +249,7 @@ func envIntDef(name string, def int) int {
 // polling for HandoffSpin before blocking. The worker is locked to its
 // thread: it must not yield (runtime.Gosched would hand its thread off).
 func (d *Device) next() (func(), bool) {
-	if HandoffSpin > 0 {
+	if spinAllowed() {
 		deadline := time.Now().Add(HandoffSpin)
 		for i := 0; ; i++ {
 			select {
@@ -328,6 +354,10 @@ func (d *Device) Do(f func(c *Ctx) error) error {
 	}
 	done := make(chan error, 1)
 	d.reqs <- func() {
+		if d.dead.Load() { // drained after the worker ended
+			done <- fmt.Errorf("kernels: the GPU worker has exited: %w", ErrClosed)
+			return
+		}
 		finished := false
 		defer func() {
 			if finished {
@@ -338,6 +368,7 @@ func (d *Device) Do(f func(c *Ctx) error) error {
 				return
 			}
 			// f called runtime.Goexit (e.g. t.Fatal): the worker is gone.
+			d.dead.Store(true)
 			d.mu.Lock()
 			d.closed = true
 			d.mu.Unlock()
@@ -348,7 +379,7 @@ func (d *Device) Do(f func(c *Ctx) error) error {
 		done <- err
 	}
 	d.mu.Unlock()
-	if HandoffSpin > 0 {
+	if spinAllowed() {
 		deadline := time.Now().Add(HandoffSpin)
 		for i := 0; ; i++ {
 			select {

@@ -3,6 +3,7 @@ package kernels
 import (
 	"errors"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -77,5 +78,47 @@ func TestGemvVariantEnv(t *testing.T) {
 		if got := gemvVariantEnv(c.v, c.deep); got != c.want {
 			t.Errorf("gemvVariantEnv(%q, %q) = %q, want %q", c.v, c.deep, got, c.want)
 		}
+	}
+}
+
+// Hand-off polling needs spare Ps: with one P the polling GPU worker would
+// keep the caller from running until the spin ran out.
+func TestSpinAllowed(t *testing.T) {
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+	if spinAllowed() {
+		t.Fatal("polls with GOMAXPROCS 1")
+	}
+	runtime.GOMAXPROCS(2)
+	if spinAllowed() {
+		t.Fatal("polls with GOMAXPROCS 2")
+	}
+	runtime.GOMAXPROCS(4)
+	if got, want := spinAllowed(), HandoffSpin > 0; got != want {
+		t.Fatalf("GOMAXPROCS 4: spinAllowed %v, want %v (HandoffSpin %v)", got, want, HandoffSpin)
+	}
+}
+
+// The ring GEMV is chosen only where its shared memory fits: inputs (4 B
+// per K) plus 64 KiB of ring per 8-warp block.
+func TestUseRingFits(t *testing.T) {
+	prev := GemvVariant
+	GemvVariant = GemvRing
+	defer func() { GemvVariant = prev }()
+	l4 := &Ctx{d: &Device{MaxSmemOptin: 99 << 10}}    // sm_89 opt-in limit
+	h100 := &Ctx{d: &Device{MaxSmemOptin: 227 << 10}} // sm_90
+	for _, c := range []struct {
+		c    *Ctx
+		M, K int
+		want bool
+	}{{l4, 1, 2048, true}, {l4, 1, 11008, false}, {h100, 1, 11008, true}, {h100, 1, 45056, false},
+		{h100, 2, 2048, false}, {h100, 1, 2040, false}} {
+		if got := c.c.useRing(c.M, c.K); got != c.want {
+			t.Errorf("smem limit %d, M=%d K=%d: useRing %v, want %v", c.c.d.MaxSmemOptin, c.M, c.K, got, c.want)
+		}
+	}
+	GemvVariant = GemvShallow
+	if h100.useRing(1, 2048) {
+		t.Error("useRing with the shallow family")
 	}
 }

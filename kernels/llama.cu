@@ -700,10 +700,13 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
   __shared__ int last;
   pdl_trigger();
   // The launch metadata and the cached prefix's keys and values (keys
-  // j < cached[t]) are written by no kernel of this step (the QKV kernel
-  // before this one stores only the new tokens' rows): with pre, they are
-  // read before pdl_wait, the first round of keys into registers, the rest
-  // of this block's cached keys and values towards L2.
+  // j < cached[t]) are written by no kernel that may still run: metadata
+  // only by the host copy and decode_advance, both ordered before the
+  // step's first PDL kernel (decode_advance and embed_f16 launch without
+  // PDL), and the QKV kernels store only the new tokens' rows, which the
+  // engine never lists as cached in the same batch (ForwardRequest). With
+  // pre, they are read before pdl_wait: the first round of keys into
+  // registers, the rest of this block's cached keys and values towards L2.
   const int off = kvoff[t], len = kvlen[t], nc = cached[t], mo = maskoff[t];
   // Split over keys (flash-decoding): S depends only on len, so a token's
   // bits do not depend on the batch it is in.

@@ -54,7 +54,7 @@ func (c *Ctx) Gemv(kind GemvKind, W, X, xrow, nw DevicePtr, eps float32, Y Devic
 	if M < 1 || M > GemvMaxM || K%8 != 0 || N <= 0 || (kind == GemvSwiGLU && N%2 != 0) {
 		return fmt.Errorf("gemv kind %d M=%d N=%d K=%d: %w", kind, M, N, K, ErrBadArg)
 	}
-	name := gemvName(gemvNames[kind], M, K)
+	name := gemvName(gemvNames[kind], M, c.useRing(M, K))
 	f, err := c.Func(name)
 	if err != nil {
 		return err
@@ -158,9 +158,14 @@ func (c *Ctx) KernelInfo(name string, threads, smem int) (regs, perSM int, err e
 	return regs, perSM, err
 }
 
-// useRing: the ring kernels serve batch 1 with K a multiple of 256.
+// useRing: the ring kernels serve batch 1 with K a multiple of 256 (at
+// least GemvRingMinK) whose inputs plus ring fit in shared memory.
 func (c *Ctx) useRing(M, K int) bool {
-	return GemvVariant == GemvRing && M == 1 && K%256 == 0 && K >= GemvRingMinK
+	lim := c.d.MaxSmemOptin
+	if lim <= 0 {
+		lim = 48 << 10
+	}
+	return GemvVariant == GemvRing && M == 1 && K%256 == 0 && K >= GemvRingMinK && gemvRingSmem(M, K)+1024 <= lim
 }
 
 // GemvRingMinK: with the ring family, GEMVs with fewer inputs than this
@@ -193,11 +198,12 @@ func (c *Ctx) gemvRingGrid(name string, f Func, units, smem int) (grid, threads 
 	return max(grid, 1), threads, nil
 }
 
-// gemvName is the kernel for prefix ("gemv_norm_m", ...), M tokens and K inputs.
-func gemvName(prefix string, M, K int) string {
+// gemvName is the kernel for prefix ("gemv_norm_m", ...) and M tokens;
+// ring: the ring kernel (useRing).
+func gemvName(prefix string, M int, ring bool) string {
 	base := prefix[:len(prefix)-2]
 	switch {
-	case GemvVariant == GemvRing && M == 1 && K%256 == 0 && K >= GemvRingMinK:
+	case ring:
 		return fmt.Sprintf("%s_r_m%d", base, M)
 	case GemvVariant == GemvShallow && M == 1:
 		return fmt.Sprintf("%s_s_m%d", base, M)
@@ -289,7 +295,7 @@ func (c *Ctx) GemvQKVRope(W, X, xrow, nw DevicePtr, eps float32, qkv, pos, slots
 	if M < 1 || M > GemvMaxM || H%8 != 0 || hd%2 != 0 || N <= 0 {
 		return fmt.Errorf("gemv_qkv_rope M=%d H=%d heads %d/%d hd %d: %w", M, H, nh, nkv, hd, ErrBadArg)
 	}
-	name := gemvName("gemv_qkv_rope_m", M, H)
+	name := gemvName("gemv_qkv_rope_m", M, c.useRing(M, H))
 	f, err := c.Func(name)
 	if err != nil {
 		return err

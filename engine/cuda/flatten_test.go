@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/specgate/specgate/engine"
@@ -71,5 +72,16 @@ func TestFlattenRejects(t *testing.T) {
 		if _, err := b.flatten([]*engine.ForwardRequest{&r}); !errors.Is(err, c.want) {
 			t.Errorf("%s: got %v, want %v", name, err, c.want)
 		}
+	}
+}
+
+func TestCheckSlotsDisjoint(t *testing.T) {
+	ok := []*engine.ForwardRequest{{CachedSlots: []int32{0, 1, 2}, Slots: []int32{3}}, {CachedSlots: []int32{0, 1}, Slots: []int32{4}}}
+	if err := checkSlotsDisjoint(ok); err != nil {
+		t.Fatalf("shared cached prefix, distinct new slots: %v", err)
+	}
+	bad := []*engine.ForwardRequest{{CachedSlots: []int32{0, 1, 2}, Slots: []int32{3}}, {CachedSlots: []int32{5}, Slots: []int32{2}}}
+	if err := checkSlotsDisjoint(bad); !errors.Is(err, ErrSlot) || !strings.Contains(err.Error(), "slot 2") {
+		t.Fatalf("new slot cached by another request: %v, want ErrSlot naming slot 2", err)
 	}
 }

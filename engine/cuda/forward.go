@@ -102,7 +102,31 @@ func (b *Backend) flatten(reqs []*engine.ForwardRequest) (*flatBatch, error) {
 		}
 	}
 	fb.T, fb.R, fb.S, fb.W = len(fb.tokens), len(fb.rows), len(fb.slotList), len(fb.mask)
+	if kernels.DebugLaunches {
+		if err := checkSlotsDisjoint(reqs); err != nil {
+			return nil, err
+		}
+	}
 	return fb, nil
+}
+
+// checkSlotsDisjoint (debug builds) enforces the ForwardRequest rule the
+// kernels rely on: no new token's slot is a cached slot of the batch.
+func checkSlotsDisjoint(reqs []*engine.ForwardRequest) error {
+	cached := map[int32]int{}
+	for ri, r := range reqs {
+		for _, s := range r.CachedSlots {
+			cached[s] = ri
+		}
+	}
+	for ri, r := range reqs {
+		for _, s := range r.Slots {
+			if rj, ok := cached[s]; ok {
+				return fmt.Errorf("request %d writes slot %d, which request %d holds as cached: %w", ri, s, rj, ErrSlot)
+			}
+		}
+	}
+	return nil
 }
 
 // Forward implements engine.Backend.
@@ -354,7 +378,9 @@ func (b *Backend) DecodeGreedy(token, pos int32, cached, slots []int32, out []in
 				return err
 			}
 		}
-		if err := b.advance(c, lay); err != nil { // stores the last step's token
+		// the last step's token (decode_advance would also advance the
+		// metadata past the slot list)
+		if err := c.DtoD(b.stepOut+kernels.DevicePtr(4*(n-1)), b.argIdx, 4); err != nil {
 			return err
 		}
 		if b.opt.TimeSteps {
