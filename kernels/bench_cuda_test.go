@@ -113,41 +113,50 @@ func BenchmarkAttention(b *testing.B) {
 	const nh, nkv, hd = 32, 4, 64
 	for _, T := range []int{1, 8} {
 		for _, ctx := range []int{256, 1024, 4096} {
-			b.Run(fmt.Sprintf("T%d-ctx%d", T, ctx), func(b *testing.B) {
-				err := d.Do(func(c *Ctx) error {
-					prev := c.SetPDL(true) // as in decode: the next call's preloads overlap this one
-					defer c.SetPDL(prev)
-					tb := fatalPanics{b} // Fatal must not run on the GPU worker
-					r := rand.New(rand.NewPCG(3, 4))
-					kvdim := nkv * hd
-					kc := devBuf(tb, c, randF32(r, (ctx+T)*kvdim, 1), 4)
-					vc := devBuf(tb, c, randF32(r, (ctx+T)*kvdim, 1), 4)
-					qkv := devBuf(tb, c, randF32(r, T*(nh+2*nkv)*hd, 1), 4)
-					perm := r.Perm(ctx + T)
-					sl := make([]int32, ctx+T)
-					for i, p := range perm {
-						sl[i] = int32(p)
-					}
-					off, ln, cached, mo := make([]int32, T), make([]int32, T), make([]int32, T), make([]int32, T)
-					for i := 0; i < T; i++ {
-						ln[i], cached[i], mo[i] = int32(ctx+i+1), int32(ctx), -1
-					}
-					m := AttnMeta{SlotList: devBuf(tb, c, sl, 4), KVOff: devBuf(tb, c, off, 4), KVLen: devBuf(tb, c, ln, 4),
-						Cached: devBuf(tb, c, cached, 4), MaskOff: devBuf(tb, c, mo, 4), Mask: devBuf(tb, c, []int32{0}, 4)}
-					out, _ := c.Alloc(T * nh * hd * 4)
-					us := timeLaunches(tb, c, max(b.N, 50), func(int) error {
-						return c.Attention(qkv, out, kc, vc, m, T, nh, nkv, hd, 0.125)
-					})
-					b.ReportMetric(us, "us/call")
-					for _, p := range []DevicePtr{kc, vc, qkv, out, m.SlotList, m.KVOff, m.KVLen, m.Cached, m.MaskOff, m.Mask} {
-						c.Free(p)
-					}
-					return nil
-				})
-				if err != nil {
-					b.Fatal(err)
+			for _, full := range []bool{false, true} {
+				name := fmt.Sprintf("T%d-ctx%d", T, ctx)
+				if full {
+					name += "-fullgrid" // MaxLen unknown: AttnSplits blocks per head
 				}
-			})
+				b.Run(name, func(b *testing.B) {
+					err := d.Do(func(c *Ctx) error {
+						prev := c.SetPDL(true) // as in decode: the next call's preloads overlap this one
+						defer c.SetPDL(prev)
+						tb := fatalPanics{b} // Fatal must not run on the GPU worker
+						r := rand.New(rand.NewPCG(3, 4))
+						kvdim := nkv * hd
+						kc := devBuf(tb, c, randF32(r, (ctx+T)*kvdim, 1), 4)
+						vc := devBuf(tb, c, randF32(r, (ctx+T)*kvdim, 1), 4)
+						qkv := devBuf(tb, c, randF32(r, T*(nh+2*nkv)*hd, 1), 4)
+						perm := r.Perm(ctx + T)
+						sl := make([]int32, ctx+T)
+						for i, p := range perm {
+							sl[i] = int32(p)
+						}
+						off, ln, cached, mo := make([]int32, T), make([]int32, T), make([]int32, T), make([]int32, T)
+						for i := 0; i < T; i++ {
+							ln[i], cached[i], mo[i] = int32(ctx+i+1), int32(ctx), -1
+						}
+						m := AttnMeta{SlotList: devBuf(tb, c, sl, 4), KVOff: devBuf(tb, c, off, 4), KVLen: devBuf(tb, c, ln, 4),
+							Cached: devBuf(tb, c, cached, 4), MaskOff: devBuf(tb, c, mo, 4), Mask: devBuf(tb, c, []int32{0}, 4)}
+						if !full {
+							m.MaxLen = ctx + T
+						}
+						out, _ := c.Alloc(T * nh * hd * 4)
+						us := timeLaunches(tb, c, max(b.N, 50), func(int) error {
+							return c.Attention(qkv, out, kc, vc, m, T, nh, nkv, hd, 0.125)
+						})
+						b.ReportMetric(us, "us/call")
+						for _, p := range []DevicePtr{kc, vc, qkv, out, m.SlotList, m.KVOff, m.KVLen, m.Cached, m.MaskOff, m.Mask} {
+							c.Free(p)
+						}
+						return nil
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+				})
+			}
 		}
 	}
 }

@@ -467,12 +467,17 @@ func TestRopeAttention(t *testing.T) {
 				t.Errorf("%+v: attention rel err %.3g", c0, e)
 			}
 			// Batch invariance (split attention included): each token alone
-			// gives the same bits as in the batch.
+			// gives the same bits as in the batch, also when the launch has
+			// only the split blocks its key count needs (MaxLen).
 			one := make([]float32, qdim)
-			for ti := 0; ti < n; ti++ {
-				o := DevicePtr(4 * ti)
+			for ti := 0; ti < 2*n; ti++ {
+				o := DevicePtr(4 * (ti % n))
 				mi := AttnMeta{SlotList: m.SlotList, KVOff: m.KVOff + o, KVLen: m.KVLen + o, Cached: m.Cached + o,
 					MaskOff: m.MaskOff + o, Mask: m.Mask}
+				if ti >= n {
+					mi.MaxLen = int(kvlen[ti-n])
+				}
+				ti := ti % n
 				if err := c.Attention(dqkv+DevicePtr(4*ti*qkvdim), out, dkc, dvc, mi, 1, nh, nkv, hd, float32(scale)); err != nil {
 					t.Fatal(err)
 				}

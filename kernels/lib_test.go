@@ -122,3 +122,14 @@ func TestUseRingFits(t *testing.T) {
 		t.Error("useRing with the shallow family")
 	}
 }
+
+func TestAttnSplitsFor(t *testing.T) {
+	if AttnSplits != 8 || AttnSplitMinKeys != 256 {
+		t.Skipf("SPECGATE_ATTN_SPLITS/KMIN set: %d/%d", AttnSplits, AttnSplitMinKeys)
+	}
+	for maxLen, want := range map[int]int{0: 8, -1: 8, 1: 1, 256: 1, 257: 2, 512: 2, 513: 4, 1024: 4, 1025: 8, 2048: 8, 100000: 8} {
+		if got := AttnSplitsFor(maxLen); got != want {
+			t.Errorf("AttnSplitsFor(%d) = %d, want %d", maxLen, got, want)
+		}
+	}
+}

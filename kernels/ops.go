@@ -371,6 +371,28 @@ func (c *Ctx) RopeAppend(qkv, pos, slots, invFreq, kc, vc DevicePtr, T, nh, nkv,
 // ancestor bitmask over the request's new tokens.
 type AttnMeta struct {
 	SlotList, KVOff, KVLen, Cached, MaskOff, Mask DevicePtr
+	// MaxLen, when > 0, bounds every token's key count: the launch then has
+	// only AttnSplitsFor(MaxLen) split blocks per head instead of
+	// AttnSplits (most of which would exit at once at short contexts). The
+	// bits do not change: a token's split count depends on its own key
+	// count only, and is never above AttnSplitsFor(MaxLen).
+	MaxLen int
+}
+
+// AttnSplitsFor is the split blocks per head a launch needs when no token
+// has more than maxLen keys: ceil(maxLen / AttnSplitMinKeys) rounded up to
+// a power of two (so few distinct launch shapes, e.g. CUDA graphs, exist),
+// at most AttnSplits; AttnSplits when maxLen <= 0.
+func AttnSplitsFor(maxLen int) int {
+	if maxLen <= 0 {
+		return AttnSplits
+	}
+	need := (maxLen + AttnSplitMinKeys - 1) / AttnSplitMinKeys
+	s := 1
+	for s < need && s < AttnSplits {
+		s *= 2
+	}
+	return min(s, AttnSplits)
 }
 
 // AttentionHeadDims are the head sizes the attention kernel is built for.
@@ -418,7 +440,7 @@ func (c *Ctx) Attention(qkv, out, kc, vc DevicePtr, m AttnMeta, T, nh, nkv, hd i
 	default:
 		return fmt.Errorf("attention head_dim %d (want 8, 16, 32, 64, 128 or 256): %w", hd, ErrBadArg)
 	}
-	smax := AttnSplits
+	smax := AttnSplitsFor(m.MaxLen)
 	tc := min(T, attnPartFloats/(nh*smax*(hd+2)), attnCntInts/nh)
 	if T < 1 || nh < 1 || tc < 1 {
 		return fmt.Errorf("attention T=%d nh=%d hd=%d (split scratch too small): %w", T, nh, hd, ErrBadArg)

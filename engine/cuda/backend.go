@@ -80,6 +80,7 @@ type Backend struct {
 	lastGraphHit, graphsMade int
 	ev0, ev1                 kernels.Event // TimeSteps
 	stepTimes                []float64     // TimeSteps: device seconds per forward
+	attnMax                  int           // longest key count of the step being queued (AttnMeta.MaxLen)
 }
 
 var _ engine.Backend = (*Backend)(nil)

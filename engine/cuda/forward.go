@@ -170,6 +170,10 @@ func (b *Backend) forward(reqs []*engine.ForwardRequest, argOut []int32) error {
 		if err != nil {
 			return err
 		}
+		b.attnMax = 0
+		for _, n := range fb.kvlen {
+			b.attnMax = max(b.attnMax, int(n))
+		}
 		lay, stage, err := b.uploadMeta(c, fb)
 		if err != nil {
 			return err
@@ -240,10 +244,11 @@ type graphKey struct {
 	T, R   int
 	argmax bool
 	multi  bool // a DecodeGreedy step: decode_advance first
+	splits int  // attention split blocks per head (kernels.AttnSplitsFor(b.attnMax))
 }
 
 func (b *Backend) runMaybeGraph(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) error {
-	return b.runMaybeGraphKey(c, graphKey{T, R, argmax, false}, lay)
+	return b.runMaybeGraphKey(c, graphKey{T, R, argmax, false, kernels.AttnSplitsFor(b.attnMax)}, lay)
 }
 
 // runMaybeGraphKey runs one step: from its CUDA graph when the batch is
@@ -366,6 +371,7 @@ func (b *Backend) DecodeGreedy(token, pos int32, cached, slots []int32, out []in
 		}
 		fb.slotList = append(fb.slotList, slots[1:]...)
 		fb.S = len(fb.slotList)
+		b.attnMax = fb.S // the last step attends to the whole list
 		lay, stage, err := b.uploadMeta(c, fb)
 		if err != nil {
 			return err
@@ -374,7 +380,7 @@ func (b *Backend) DecodeGreedy(token, pos int32, cached, slots []int32, out []in
 			return err
 		}
 		for i := 0; i < n; i++ {
-			if err := b.runMaybeGraphKey(c, graphKey{1, 1, true, true}, lay); err != nil {
+			if err := b.runMaybeGraphKey(c, graphKey{1, 1, true, true, kernels.AttnSplitsFor(b.attnMax)}, lay); err != nil {
 				return err
 			}
 		}
@@ -409,7 +415,7 @@ func (b *Backend) run(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) err
 	nh, nkv, hd := cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim
 	mp := func(off int) kernels.DevicePtr { return b.meta + kernels.DevicePtr(off*4) }
 	am := kernels.AttnMeta{SlotList: mp(lay.slotList), KVOff: mp(lay.kvoff), KVLen: mp(lay.kvlen),
-		Cached: mp(lay.cached), MaskOff: mp(lay.maskoff), Mask: mp(lay.mask)}
+		Cached: mp(lay.cached), MaskOff: mp(lay.maskoff), Mask: mp(lay.mask), MaxLen: b.attnMax}
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	layerBytes := kernels.DevicePtr(b.opt.NumSlots * b.kvDim * 4)
 	if err := c.Embed(b.embed, mp(lay.tokens), b.x, T, H); err != nil {
