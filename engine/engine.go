@@ -576,14 +576,14 @@ func (e *Engine) step(ready []*request, active int) {
 			continue
 		}
 		if k := e.greedySteps(r, len(ready), active); k > 1 {
-			toks, ok, err := r.seq.DecodeGreedy(r.generated[len(r.generated)-1], k)
+			toks, err := r.seq.DecodeGreedy(r.generated[len(r.generated)-1], k)
 			switch {
-			case ok && err == nil:
+			case err == nil:
 				r.generated = append(r.generated, toks...)
 				e.generated.Add(int64(len(toks)))
 				r.out <- stepOut{toks: toks}
 				continue
-			case err != nil && !errors.Is(err, ErrKVExhausted) && !errors.Is(err, ErrContextLength):
+			case !errors.Is(err, ErrKVExhausted) && !errors.Is(err, ErrContextLength):
 				e.fail(r, fmt.Errorf("engine: multi-step decode: %w", err))
 				continue
 			}
@@ -634,8 +634,8 @@ func (e *Engine) step(ready []*request, active int) {
 const MaxDecodeSteps = 64
 
 // greedySteps is how many tokens the lone request r may decode in this
-// step through the backend's GreedyStepper (Options.DecodeSteps); <= 1:
-// one plain step.
+// step through the backend's GreedyStepper (Options.DecodeSteps; 0 when
+// the backend has none); <= 1: one plain step.
 func (e *Engine) greedySteps(r *request, ready, active int) int {
 	if e.opts.DecodeSteps <= 1 || ready != 1 || active != 1 || r.recompute {
 		return 0

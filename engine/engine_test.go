@@ -420,6 +420,20 @@ func TestMultiStepDecode(t *testing.T) {
 		t.Fatalf("extended prompt: %v (%v), want %v", got, err, wantExt)
 	}
 	t.Logf("chunks %v; cached prompt tokens on the extension: %d", chunks, res.CachedTokens)
+	// a backend without GreedyStepper: Sequence.DecodeGreedy refuses, the engine stays one token per step
+	plain := NewRandomModel(genConfig(), 21, LoadOptions{KVTokens: 256, BlockSize: 4, Threads: 2})
+	plain.backend = struct{ Backend }{plain.backend}
+	sq := plain.NewSequence()
+	if _, err := sq.DecodeGreedy(1, 4); !errors.Is(err, ErrBackendMissing) {
+		t.Fatalf("DecodeGreedy without a stepper: %v, want ErrBackendMissing", err)
+	}
+	sq.Free()
+	ep := New(plain, Options{DecodeSteps: 8})
+	got, _, err = collect(ep, context.Background(), GenerateRequest{Prompt: prompt, MaxTokens: 30, Sampling: greedy})
+	ep.Close()
+	if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("engine over a backend without a stepper: %v (%v), want %v", got, err, want)
+	}
 	// a stepper error other than a full KV fails the request instead of hiding behind plain steps
 	cs.fail = errors.New("device lost")
 	if _, _, err := collect(e, context.Background(), GenerateRequest{Prompt: prompt, MaxTokens: 30, Sampling: greedy}); err == nil || !strings.Contains(err.Error(), "device lost") {

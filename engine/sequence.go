@@ -115,44 +115,44 @@ func (s *Sequence) Forward(tokens, parents, logitsRows []int32) ([]float32, erro
 // DecodeGreedy appends k greedy decode steps in one backend call when the
 // backend is a GreedyStepper: token (the pending token, not yet in the KV)
 // and the first k-1 results are fed, and the k results are returned (the
-// last one pending). ok is false, with nothing done, when the backend has
-// no GreedyStepper. Fewer than k steps run when max_position_embeddings
-// would be passed.
-func (s *Sequence) DecodeGreedy(token int32, k int) (toks []int32, ok bool, err error) {
+// last one pending). A backend without GreedyStepper gives an error
+// wrapping ErrBackendMissing. Fewer than k steps run when
+// max_position_embeddings would be passed.
+func (s *Sequence) DecodeGreedy(token int32, k int) ([]int32, error) {
 	m := s.m
 	st, ok := m.backend.(GreedyStepper)
 	if !ok {
-		return nil, false, nil
+		return nil, fmt.Errorf("engine: DecodeGreedy: %T is not a GreedyStepper: %w", m.backend, ErrBackendMissing)
 	}
 	if s.freed {
-		return nil, true, errFreed
+		return nil, errFreed
 	}
 	if s.tree != nil {
-		return nil, true, ErrTreePending
+		return nil, ErrTreePending
 	}
 	m.fwd.Lock()
 	defer m.fwd.Unlock()
 	base := s.t.N
 	k = min(k, m.Config.MaxPositions-base)
 	if k < 1 {
-		return nil, true, fmt.Errorf("engine: position %d >= max_position_embeddings %d: %w", base, m.Config.MaxPositions, ErrContextLength)
+		return nil, fmt.Errorf("engine: position %d >= max_position_embeddings %d: %w", base, m.Config.MaxPositions, ErrContextLength)
 	}
 	if err := m.kv.Reserve(&s.t, base+k); err != nil {
 		m.kv.Truncate(&s.t, base)
-		return nil, true, err
+		return nil, err
 	}
 	cached := m.kv.Slots(make([]int32, 0, base), &s.t, 0, base)
 	slots := m.kv.Slots(make([]int32, 0, k), &s.t, base, base+k)
 	out := make([]int32, k)
 	if err := st.DecodeGreedy(token, int32(base), cached, slots, out); err != nil {
 		m.kv.Truncate(&s.t, base)
-		return nil, true, err
+		return nil, err
 	}
 	s.t.N += k
 	s.tokens = append(s.tokens, token)
 	s.tokens = append(s.tokens, out[:k-1]...)
 	s.offerBlocks()
-	return out, true, nil
+	return out, nil
 }
 
 // TreeLen is the number of tokens of the pending tree (0 when none). Their
