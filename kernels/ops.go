@@ -61,7 +61,7 @@ func (c *Ctx) Gemv(kind GemvKind, W, X, xrow, nw DevicePtr, eps float32, Y Devic
 	}
 	smem := GemvSmem(M, K)
 	if c.useRing(M, K) {
-		smem = gemvRingSmem(M, K)
+		smem = GemvRingSmem(M, K)
 	}
 	if err := c.gemvSmemAttr(name, f, smem); err != nil {
 		return err
@@ -134,9 +134,9 @@ var GemvRingWarps = envInt("SPECGATE_GEMV_RING_WARPS", 8, 2, 8)
 // memory of warps * depth * 512 bytes per block.
 const GemvRingDepth = 16
 
-// gemvRingSmem is the ring GEMV's dynamic shared memory: the inputs plus
+// GemvRingSmem is the ring GEMV's dynamic shared memory: the inputs plus
 // the slots.
-func gemvRingSmem(M, K int) int { return GemvSmem(M, K) + GemvRingWarps*GemvRingDepth*512 }
+func GemvRingSmem(M, K int) int { return GemvSmem(M, K) + GemvRingWarps*GemvRingDepth*512 }
 
 // gemvRingMaxBlocks, when > 0, caps the ring grid (tests: many units per warp).
 var gemvRingMaxBlocks int
@@ -165,7 +165,7 @@ func (c *Ctx) useRing(M, K int) bool {
 	if lim <= 0 {
 		lim = 48 << 10
 	}
-	return GemvVariant == GemvRing && M == 1 && K%256 == 0 && K >= GemvRingMinK && gemvRingSmem(M, K)+1024 <= lim
+	return GemvVariant == GemvRing && M == 1 && K%256 == 0 && K >= GemvRingMinK && GemvRingSmem(M, K)+1024 <= lim
 }
 
 // GemvRingMinK: with the ring family, GEMVs with fewer inputs than this
@@ -302,7 +302,7 @@ func (c *Ctx) GemvQKVRope(W, X, xrow, nw DevicePtr, eps float32, qkv, pos, slots
 	}
 	smem := GemvSmem(M, H)
 	if c.useRing(M, H) {
-		smem = gemvRingSmem(M, H)
+		smem = GemvRingSmem(M, H)
 	}
 	if err := c.gemvSmemAttr(name, f, smem); err != nil {
 		return err

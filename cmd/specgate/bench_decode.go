@@ -151,26 +151,22 @@ func runBenchDecode(args []string) error {
 		n++
 		return nil
 	}
-	per1 := 1 // tokens per step() call
-	if st != nil {
-		per1 = *multi
-	}
-	for i := 0; i < *warmup/per1; i++ {
+	for i := 0; i < *warmup / *multi; i++ { // step() decodes *multi tokens
 		if err := step(); err != nil {
 			return err
 		}
 	}
 	if gpu != nil {
-		gpu.StepTimes() // drop the warm-up steps'
+		gpu.StepTimes() // drop the warm-up steps
 	}
 	per := make([]float64, 0, *tokens)
 	start := time.Now()
-	for i := 0; i < *tokens/per1; i++ {
+	for i := 0; i < *tokens / *multi; i++ {
 		s := time.Now()
 		if err := step(); err != nil {
 			return err
 		}
-		per = append(per, time.Since(s).Seconds()/float64(per1))
+		per = append(per, time.Since(s).Seconds()/float64(*multi))
 	}
 	total := time.Since(start).Seconds()
 	sort.Float64s(per)
@@ -184,14 +180,14 @@ func runBenchDecode(args []string) error {
 	fmt.Printf("prefill %d tokens: %.2f ms\n", *prompt, prefill.Seconds()*1e3)
 	mode := "one Forward per token"
 	if st != nil {
-		mode = fmt.Sprintf("%d greedy steps per DecodeGreedy call", per1)
+		mode = fmt.Sprintf("%d greedy steps per DecodeGreedy call", *multi)
 	}
 	fmt.Printf("decode: %d tokens in %.3f s: %.1f tokens/s (median step %.3f ms, p90 %.3f ms), context %d..%d, %s\n",
 		*tokens, total, tps, per[len(per)/2]*1e3, per[len(per)*9/10]*1e3, *prompt+*warmup, n, mode)
 	if gpu != nil {
 		dev := gpu.StepTimes()
 		for i := range dev {
-			dev[i] /= float64(per1)
+			dev[i] /= float64(*multi)
 		}
 		if len(dev) > 0 {
 			sort.Float64s(dev)
@@ -221,10 +217,10 @@ func runBenchDecode(args []string) error {
 			for _, k := range []struct {
 				name          string
 				threads, smem int
-			}{{"gemv_swiglu_r_m1", 32 * kernels.GemvRingWarps, 4*cfg.HiddenSize + kernels.GemvRingWarps*kernels.GemvRingDepth*512},
-				{"gemv_resid_r_m1", 32 * kernels.GemvRingWarps, 4*cfg.IntermediateSize + kernels.GemvRingWarps*kernels.GemvRingDepth*512},
-				{"gemv_swiglu_m1", 256, 4 * cfg.HiddenSize}, {"gemv_resid_m1", 256, 4 * cfg.IntermediateSize},
-				{"gemv_swiglu_s_m1", 256, 4 * cfg.HiddenSize}, {"gemv_resid_s_m1", 256, 4 * cfg.IntermediateSize},
+			}{{"gemv_swiglu_r_m1", 32 * kernels.GemvRingWarps, kernels.GemvRingSmem(1, cfg.HiddenSize)},
+				{"gemv_resid_r_m1", 32 * kernels.GemvRingWarps, kernels.GemvRingSmem(1, cfg.IntermediateSize)},
+				{"gemv_swiglu_m1", 256, kernels.GemvSmem(1, cfg.HiddenSize)}, {"gemv_resid_m1", 256, kernels.GemvSmem(1, cfg.IntermediateSize)},
+				{"gemv_swiglu_s_m1", 256, kernels.GemvSmem(1, cfg.HiddenSize)}, {"gemv_resid_s_m1", 256, kernels.GemvSmem(1, cfg.IntermediateSize)},
 				{fmt.Sprintf("attention_hd%d", cfg.HeadDim), 256, 0}} {
 				regs, per, err := c.KernelInfo(k.name, k.threads, k.smem)
 				if err != nil {
