@@ -71,6 +71,11 @@ type ForwardRequest struct {
 	// Logits is filled row-major, len(LogitsRows or Tokens) * VocabSize.
 	LogitsRows []int32
 	Logits     []float32
+	// Hidden, when non-nil, receives the final hidden state (after the
+	// final norm: the input of the LM head) of every logits row, row-major
+	// len(LogitsRows or Tokens) * HiddenSize, in the order of Logits.
+	// Proposers that draft from hidden states (HiddenNeeder) need it.
+	Hidden []float32
 }
 
 // SamplingParams are the per-request knobs of the sampler. Temperature 0
@@ -104,6 +109,29 @@ type GenerateRequest struct {
 	// (nil = the engine's). NoSpeculation forces plain decoding.
 	Speculator    Speculator
 	NoSpeculation bool
+	// Proposers draft for this request (nil = the engine's
+	// Options.Proposers); the engine merges their trees and splits the
+	// step's verification budget between them by their acceptance.
+	Proposers []Proposer
+	// Tenant names the request's tenant for proposers that learn from text
+	// (never shared across tenants). Empty = the default tenant.
+	Tenant string
+	// KnownDrafts are texts the caller holds that may continue this
+	// request (an OpenAI prediction, a cache near miss), passed to the
+	// proposers (ProposeRequest.Known).
+	KnownDrafts []KnownDraft
+	// Typical, when non-nil, accepts sampled drafts by Medusa's typical
+	// acceptance instead of lossless rejection sampling: faster but not the
+	// target's distribution (Result.Spec.Exact is false). Greedy requests
+	// stay exact.
+	Typical *TypicalAcceptance
+}
+
+// TypicalAcceptance is Medusa's typical acceptance rule: a draft token x at
+// a node with target distribution p is accepted when p(x) > min(Epsilon,
+// Delta*exp(-H(p))). Medusa's defaults: Epsilon 0.09, Delta 0.3.
+type TypicalAcceptance struct {
+	Epsilon, Delta float32
 }
 
 // TokenLogprob is one candidate with its log-probability.
@@ -136,6 +164,13 @@ type SpecStats struct {
 	Steps    int // target forward passes in decode
 	Proposed int // draft tokens proposed
 	Accepted int // draft tokens accepted
+	// BySource splits Proposed and Accepted by draft source (Proposal.Source).
+	BySource map[string]SourceStats
+	// AcceptedAt[d-1] counts accepted draft tokens at depth d.
+	AcceptedAt []int
+	// Exact is false when an approximate acceptance rule (Typical) decided
+	// some sampled tokens.
+	Exact bool
 }
 
 // Result summarises a finished generation.

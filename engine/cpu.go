@@ -259,6 +259,9 @@ func ValidateRequest(cfg Config, numSlots, i int, r *ForwardRequest) error {
 	if len(r.Logits) < rows*cfg.VocabSize {
 		return bad("logits buffer %d < %d rows * vocab %d", len(r.Logits), rows, cfg.VocabSize)
 	}
+	if r.Hidden != nil && len(r.Hidden) < rows*cfg.HiddenSize {
+		return bad("hidden buffer %d < %d rows * hidden %d", len(r.Hidden), rows, cfg.HiddenSize)
+	}
 	return nil
 }
 
@@ -397,6 +400,9 @@ func (b *CPUBackend) Forward(reqs []*ForwardRequest) error {
 			n = len(r.LogitsRows)
 		}
 		copy(r.Logits[:n*V], logits[i*V:(i+n)*V])
+		if r.Hidden != nil {
+			copy(r.Hidden[:n*H], hn[i*H:(i+n)*H])
+		}
 		i += n
 	}
 	return nil

@@ -81,13 +81,17 @@ func (s *Sequence) Slot(p int) int32 { return s.m.kv.Slot(&s.t, p) }
 
 // BatchItem is one sequence's part of Model.ForwardBatch. Tokens, Parents
 // and LogitsRows mean what they mean in ForwardRequest. Logits receives
-// rows*VocabSize float32 (allocated when nil or too small).
+// rows*VocabSize float32 (allocated when nil or too small). With
+// WantHidden, Hidden receives the final hidden state of the same rows,
+// rows*HiddenSize (allocated when nil or too small).
 type BatchItem struct {
 	Seq        *Sequence
 	Tokens     []int32
 	Parents    []int32
 	LogitsRows []int32
 	Logits     []float32
+	WantHidden bool
+	Hidden     []float32
 }
 
 // Forward appends tokens to the sequence and returns their logits
@@ -175,7 +179,7 @@ type itemPlan struct {
 // ForwardBatch runs one batched backend forward over several sequences of
 // this model (each at most once), as Sequence.Forward does for one.
 func (m *Model) ForwardBatch(items []BatchItem) error {
-	V := m.Config.VocabSize
+	V, H := m.Config.VocabSize, m.Config.HiddenSize
 	plans := make([]itemPlan, len(items))
 	prepared := 0
 	rollback := func() {
@@ -257,6 +261,13 @@ func (m *Model) ForwardBatch(items []BatchItem) error {
 		if len(it.Logits) < rows*V {
 			it.Logits = make([]float32, rows*V)
 		}
+		var hidden []float32
+		if it.WantHidden {
+			if len(it.Hidden) < rows*H {
+				it.Hidden = make([]float32, rows*H)
+			}
+			hidden = it.Hidden[:rows*H]
+		}
 		slots := m.kv.Slots(make([]int32, 0, n), &s.t, base, base+n)
 		plans[i].pos = pos
 		if prior == 0 {
@@ -268,6 +279,7 @@ func (m *Model) ForwardBatch(items []BatchItem) error {
 				Parents:     it.Parents,
 				LogitsRows:  it.LogitsRows,
 				Logits:      it.Logits[:rows*V],
+				Hidden:      hidden,
 			}}
 			plans[i].scatter = [][]int{nil}
 			continue
@@ -288,6 +300,9 @@ func (m *Model) ForwardBatch(items []BatchItem) error {
 		for r, sc := range plans[i].scatter {
 			for k, row := range sc {
 				copy(it.Logits[row*V:(row+1)*V], plans[i].reqs[r].Logits[k*V:(k+1)*V])
+				if it.WantHidden {
+					copy(it.Hidden[row*H:(row+1)*H], plans[i].reqs[r].Hidden[k*H:(k+1)*H])
+				}
 			}
 		}
 		s.t.N += len(it.Tokens)
@@ -377,6 +392,9 @@ func (m *Model) treeRequests(s *Sequence, it *BatchItem, pos, slots []int32) ([]
 	}
 	for g, r := range reqs {
 		r.Logits = make([]float32, len(scatter[g])*V)
+		if it.WantHidden {
+			r.Hidden = make([]float32, len(scatter[g])*m.Config.HiddenSize)
+		}
 	}
 	return reqs, scatter
 }
