@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The test command of the README: `./scripts/test.sh` (and what .ci/run runs).
 #   - starts a real Redis (installs redis-server from apt when none answers)
+#   - installs the Node.js references (llama.cpp, OpenAI SDK, LangChain) into
+#     tools/node/node_modules when node is present (cached; scripts/node-peers.sh)
 #   - gofmt and go vet must be clean
 #   - go test -short ./... (the long acceptance runs: see README "Benchmarks and long checks")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOFLAGS="${GOFLAGS:-}"
 bash .ci/redis.sh
+bash scripts/node-peers.sh
 unformatted=$(gofmt -l $(git ls-files '*.go'))
 if [ -n "$unformatted" ]; then
 	echo "gofmt would change:"; echo "$unformatted"; exit 1

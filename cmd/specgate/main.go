@@ -5,6 +5,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"sort"
@@ -70,7 +72,14 @@ func main() {
 		os.Exit(2)
 	}
 	if err := cmd.run(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return // the flag set printed its usage; asking for help is not a failure
+		}
 		fmt.Fprintln(os.Stderr, "specgate:", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }
