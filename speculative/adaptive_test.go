@@ -2,6 +2,7 @@ package speculative
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 
 	"github.com/specgate/specgate/engine"
@@ -98,7 +99,7 @@ func TestAdaptiveEndToEnd(t *testing.T) {
 		t.Errorf("unrelated draft: %+v: want mostly plain steps (proposed <= steps/2)", bad)
 	}
 	_, again := run(other)
-	if again != bad {
+	if !reflect.DeepEqual(again, bad) {
 		t.Errorf("same request twice: %+v then %+v", bad, again)
 	}
 	t.Logf("identical draft %+v; unrelated draft %+v", good, bad)

@@ -1,0 +1,62 @@
+package speculative
+
+// depthControl adapts how deep a model-free proposer drafts for one request
+// from what the target actually generated: after each step the proposer's
+// main chain of the previous step is compared with the tokens the request
+// gained (the target's own choices, whether or not the engine verified the
+// chain), so the control does not depend on the engine's budget split.
+//
+// Fully confirmed chains double the cap (up to max); a partial match sets
+// it to twice the confirmed length; a chain rejected at its first token
+// shrinks it to min and pauses proposing for 1, 3, 7, ... steps (at most
+// maxPause), so that a draft source that has stopped matching costs
+// almost no verification.
+type depthControl struct {
+	cap, min, max int
+	misses        int
+	pause         int
+	last          []int32 // main chain proposed at the previous call
+}
+
+const maxPause = 31
+
+func newDepthControl(start, lo, hi int) depthControl {
+	return depthControl{cap: max(lo, min(start, hi)), min: lo, max: hi}
+}
+
+// observe compares the previous chain with the tokens gained since (the
+// last one of them is the new pending token).
+func (c *depthControl) observe(gained []int32) {
+	if len(c.last) == 0 {
+		return
+	}
+	a := 0
+	for a < len(c.last) && a < len(gained) && c.last[a] == gained[a] {
+		a++
+	}
+	switch {
+	case a == len(c.last) || a == len(gained): // no rejection seen
+		c.cap = min(c.max, c.cap*2)
+		c.misses = 0
+	case a == 0:
+		c.misses++
+		c.cap = c.min
+		c.pause = min(maxPause, 1<<c.misses-1)
+	default:
+		c.cap = max(c.min, min(c.max, 2*a))
+		c.misses = 0
+	}
+	c.last = c.last[:0]
+}
+
+// paused reports whether this step proposes nothing (and counts it).
+func (c *depthControl) paused() bool {
+	if c.pause > 0 {
+		c.pause--
+		return true
+	}
+	return false
+}
+
+// proposed records the main chain of this step's proposal.
+func (c *depthControl) proposed(chain []int32) { c.last = append(c.last[:0], chain...) }

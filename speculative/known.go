@@ -1,0 +1,189 @@
+package speculative
+
+import (
+	"context"
+	"sync"
+
+	"github.com/specgate/specgate/engine"
+)
+
+// Draft sources of the known-draft proposer (engine.KnownDraft.Source as
+// the gateway sets it).
+const (
+	SourcePrediction = "prediction" // the client's OpenAI `prediction`
+	SourceNearMiss   = "near_miss"  // a semantic-cache near miss's answer
+)
+
+// KnownConfig configures a Known proposer. Zero fields take defaults.
+type KnownConfig struct {
+	MaxDepth int // deepest draft token (default 48)
+	MaxMatch int // longest suffix compared when resynchronising (default 32)
+	// Window is how far past the expected position a lone pending token
+	// may realign the draft when no two-token match exists (default 16).
+	Window int
+}
+
+func (c KnownConfig) withDefaults() KnownConfig {
+	if c.MaxDepth <= 0 {
+		c.MaxDepth = 48
+	}
+	if c.MaxMatch < 2 {
+		c.MaxMatch = 32
+	}
+	if c.Window <= 0 {
+		c.Window = 16
+	}
+	return c
+}
+
+// Known drafts from text the caller holds for the request
+// (engine.ProposeRequest.Known: an OpenAI prediction, a cache near miss's
+// answer). Each draft is followed by a cursor: while the target generates
+// what the draft says, the cursor advances and the next draft tokens are
+// proposed as a chain; after a rejection the cursor is resynchronised by
+// matching the end of what the target generated against the draft (the
+// longest matching suffix, nearest the expected position; or the pending
+// token alone within Window tokens of it), so an edit in the middle of a
+// predicted file costs only the edit. Several drafts share the budget as a
+// tree (identical prefixes merged). Depth follows acceptance
+// (depthControl). Safe for concurrent use.
+type Known struct {
+	cfg  KnownConfig
+	mu   sync.Mutex
+	reqs map[engine.RequestID]*knownReq
+}
+
+type knownReq struct {
+	drafts []*knownCursor
+	seen   int
+}
+
+type knownCursor struct {
+	src  string
+	toks []int32
+	idx  *corpus
+	at   int // index in toks aligned with the pending token; -1: before the first; -2: lost
+	ctl  depthControl
+}
+
+// NewKnown returns a Known proposer.
+func NewKnown(cfg KnownConfig) *Known {
+	return &Known{cfg: cfg.withDefaults(), reqs: map[engine.RequestID]*knownReq{}}
+}
+
+// Release implements engine.Proposer.
+func (k *Known) Release(id engine.RequestID) {
+	k.mu.Lock()
+	delete(k.reqs, id)
+	k.mu.Unlock()
+}
+
+// Propose implements engine.Proposer.
+func (k *Known) Propose(_ context.Context, reqs []engine.ProposeRequest) ([]engine.Proposal, error) {
+	out := make([]engine.Proposal, len(reqs))
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i := range reqs {
+		r := &reqs[i]
+		st := k.reqs[r.ID]
+		if st == nil {
+			st = &knownReq{}
+			for _, d := range r.Known {
+				if len(d.Tokens) == 0 {
+					continue
+				}
+				c := &knownCursor{src: d.Source, toks: append([]int32(nil), d.Tokens...), idx: newCorpus(1 << 30), at: -1,
+					ctl: newDepthControl(8, 2, k.cfg.MaxDepth)}
+				c.idx.extend(0, c.toks)
+				st.drafts = append(st.drafts, c)
+			}
+			k.reqs[r.ID] = st
+		}
+		if len(st.drafts) == 0 || len(r.Generated) == 0 {
+			continue
+		}
+		gained := r.Generated[st.seen:]
+		st.seen = len(r.Generated)
+		t := newTrie()
+		for j, c := range st.drafts {
+			c.ctl.observe(gained)
+			k.follow(c, r.Generated, gained)
+			if c.at < -1 || c.ctl.paused() {
+				continue
+			}
+			depth := min(r.MaxDepth, k.cfg.MaxDepth, c.ctl.cap, r.Budget)
+			chain := c.toks[c.at+1 : min(len(c.toks), c.at+1+depth)]
+			if len(chain) == 0 {
+				continue
+			}
+			c.ctl.proposed(chain)
+			// earlier drafts first: weight breaks ties toward them.
+			t.add(chain, float64(len(st.drafts)-j), depth, j)
+		}
+		if len(t.tokens) == 0 {
+			continue
+		}
+		toks, parents, srcs := t.all(r.Budget)
+		p := engine.Proposal{Tokens: toks, Parents: parents, Source: st.drafts[srcs[0]].src, Sources: make([]string, len(toks))}
+		for j, sv := range srcs {
+			p.Sources[j] = st.drafts[sv].src
+		}
+		out[i] = p
+	}
+	return out, nil
+}
+
+// follow moves c's cursor over the tokens gained since the previous call
+// (the last of gen is the pending token).
+func (k *Known) follow(c *knownCursor, gen, gained []int32) {
+	if len(gained) == 0 {
+		return
+	}
+	if c.at >= -1 {
+		at := c.at
+		ok := true
+		for _, tok := range gained {
+			if at+1 < len(c.toks) && c.toks[at+1] == tok {
+				at++
+			} else {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			c.at = at
+			return
+		}
+	}
+	// resynchronise: where would we be had the gained tokens replaced as
+	// many draft tokens?
+	expected := max(c.at, -1) + len(gained)
+	best, bestL, bestD := -2, 0, 0
+	for _, m := range c.idx.matches(gen, k.cfg.MaxMatch, 0, nil) {
+		d := m.off - expected
+		if d < 0 {
+			d = -2 * d // backwards jumps cost more
+		}
+		if m.length > bestL || (m.length == bestL && d < bestD) {
+			best, bestL, bestD = m.off, m.length, d
+		}
+	}
+	if best < -1 {
+		pend := gen[len(gen)-1]
+		lo := max(0, expected-2)
+		for j := lo; j < min(len(c.toks)-1, expected+k.cfg.Window); j++ {
+			if c.toks[j] == pend {
+				best = j
+				break
+			}
+		}
+	}
+	c.at = best
+}
+
+// all returns the trie's nodes, most weighted first, at most budget, each
+// after its parent.
+func (t *trie) all(budget int) (toks, parents []int32, srcs []int) {
+	toks, parents, srcs, _ = t.best(budget, 0)
+	return
+}
