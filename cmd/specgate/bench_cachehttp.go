@@ -20,7 +20,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -299,23 +298,14 @@ func runCacheWrk(wrk, script, url string, conns, threads int, d time.Duration) (
 	return r, x, err
 }
 
-// processCPU is this process's user+system CPU time so far (the gateway and
-// the cache; wrk is another process). On a shared machine CPU per request is
-// steadier than wall-clock latency.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 type cacheHTTPRow struct {
 	entries int
 	tier    string
 	fill    time.Duration
 	fillCPU time.Duration
+	conns   int
 	cpuUS   float64 // gateway process CPU per request during the measurement, µs
+	allocs  float64 // heap allocations per request during the measurement
 	check   string  // sample check: hits / sent, and served-intended-entry count
 	r       wrkResult
 	x       xcacheCounts
@@ -327,12 +317,14 @@ func runBenchCacheHTTP(args []string) error {
 	queries := fs.Int("queries", 5000, "distinct request bodies wrk cycles through per tier (at most the entries)")
 	dur := fs.Duration("duration", 10*time.Second, "measurement time per size and tier")
 	warm := fs.Duration("warmup", 2*time.Second, "warm-up per size and tier (not measured; 0 = none)")
-	conns := fs.Int("conns", 16, "wrk connections (the fixed concurrency)")
+	connsFlag := fs.String("conns", "1,16", "wrk connections (the fixed concurrency), comma separated: one row per value")
 	threads := fs.Int("threads", 2, "wrk threads")
 	sample := fs.Int("sample", 200, "requests per tier checked one by one (X-Cache and the served entry) before wrk runs")
 	modelPath := fs.String("model", gateway.DefaultModelPath, "local model the gateway serves (never called on hits)")
 	wrkPath := fs.String("wrk", "wrk", "wrk binary")
 	seed := fs.Uint64("seed", 1, "question selection seed")
+	var prof benchProfile
+	prof.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -348,9 +340,16 @@ func runBenchCacheHTTP(args []string) error {
 		}
 		sizes = append(sizes, n)
 	}
-	if *dur < time.Second || *dur > 10*time.Minute || *conns < 1 || *conns > 10000 || *threads < 1 || *threads > *conns ||
-		*queries < 1 || *sample < 0 || *sample > 100000 {
-		return fmt.Errorf("bench-cache-http: flags: want -duration in [1s, 10m], 1 ≤ -threads ≤ -conns ≤ 10000, -queries ≥ 1, -sample in [0, 100000]")
+	var connsList []int
+	for _, s := range strings.Split(*connsFlag, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || c < 1 || c > 10000 {
+			return fmt.Errorf("bench-cache-http: -conns: %q not in [1, 10000]", s)
+		}
+		connsList = append(connsList, c)
+	}
+	if *dur < time.Second || *dur > 10*time.Minute || *threads < 1 || *queries < 1 || *sample < 0 || *sample > 100000 {
+		return fmt.Errorf("bench-cache-http: flags: want -duration in [1s, 10m], -threads ≥ 1 (capped at the connections), -queries ≥ 1, -sample in [0, 100000]")
 	}
 
 	dir, err := os.MkdirTemp("", "specgate-cachehttp-")
@@ -373,21 +372,21 @@ func runBenchCacheHTTP(args []string) error {
 	model := cfg.Models[0].Name
 
 	fmt.Printf("bench-cache-http: gateway on loopback, %s on %s (never called on hits), cache %s+%s+%s in a temp dir; "+
-		"wrk -t%d -c%d, %v per tier (after %v warm-up), cycling up to %d distinct bodies per tier; GOMAXPROCS %d\n",
-		model, cfg.Models[0].Backend, cfg.Cache.Store, cfg.Cache.Index, cfg.Cache.Embedder, *threads, *conns, *dur, *warm, *queries, runtime.GOMAXPROCS(0))
+		"wrk -t%d (at most one per connection) -c%s, %v per tier (after %v warm-up), cycling up to %d distinct bodies per tier; GOMAXPROCS %d\n",
+		model, cfg.Models[0].Backend, cfg.Cache.Store, cfg.Cache.Index, cfg.Cache.Embedder, *threads, *connsFlag, *dur, *warm, *queries, runtime.GOMAXPROCS(0))
 
 	var rows []cacheHTTPRow
 	for _, n := range sizes {
 		rs, err := benchCacheHTTPSize(cfg, models, logger, filepath.Join(dir, strconv.Itoa(n)), wrk, n,
-			min(*queries, n), *sample, *conns, *threads, *dur, *warm, *seed)
+			min(*queries, n), *sample, connsList, *threads, *dur, *warm, *seed, &prof)
 		if err != nil {
 			return err
 		}
 		rows = append(rows, rs...)
 	}
 	fmt.Println()
-	fmt.Println("| entries | fill (CPU) | tier | sample check | conns | requests/s | p50 µs | p90 µs | p99 µs | gateway CPU µs/req | errors | hit fraction (wrk) |")
-	fmt.Println("|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+	fmt.Println("| entries | fill (CPU) | tier | sample check | conns | requests/s | p50 µs | p90 µs | p99 µs | gateway CPU µs/req | allocs/req | errors | hit fraction (wrk) |")
+	fmt.Println("|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	for _, r := range rows {
 		t := r.x.total()
 		frac := "n/a"
@@ -399,8 +398,8 @@ func runBenchCacheHTTP(args []string) error {
 			frac = fmt.Sprintf("%.4f (%d exact, %d semantic, %d miss, %d other of %d)", float64(hits)/float64(t),
 				r.x.exact, r.x.semantic, r.x.miss, r.x.other, t)
 		}
-		fmt.Printf("| %d | %v (%v) | %s | %s | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %d | %s |\n", r.entries, r.fill.Round(100*time.Millisecond),
-			r.fillCPU.Round(100*time.Millisecond), r.tier, r.check, *conns, r.r.rps(), r.r.p50, r.r.p90, r.r.p99, r.cpuUS, r.r.errors, frac)
+		fmt.Printf("| %d | %v (%v) | %s | %s | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %d | %s |\n", r.entries, r.fill.Round(100*time.Millisecond),
+			r.fillCPU.Round(100*time.Millisecond), r.tier, r.check, r.conns, r.r.rps(), r.r.p50, r.r.p90, r.r.p99, r.cpuUS, r.allocs, r.r.errors, frac)
 	}
 	return nil
 }
@@ -408,7 +407,7 @@ func runBenchCacheHTTP(args []string) error {
 // benchCacheHTTPSize fills a fresh default cache in dataDir with n entries,
 // serves it and measures both tiers.
 func benchCacheHTTPSize(base *gateway.Config, models []*gateway.LocalModel, logger *slog.Logger, dataDir, wrk string,
-	n, nq, sample, conns, threads int, dur, warm time.Duration, seed uint64) ([]cacheHTTPRow, error) {
+	n, nq, sample int, connsList []int, threads int, dur, warm time.Duration, seed uint64, prof *benchProfile) ([]cacheHTTPRow, error) {
 	cfg := *base
 	cfg.Server.DataDir = dataDir
 	reg := prometheus.NewRegistry()
@@ -559,20 +558,31 @@ func benchCacheHTTPSize(base *gateway.Config, models []*gateway.LocalModel, logg
 		if err := os.WriteFile(script, []byte(cacheWrkScript(file)), 0o644); err != nil {
 			return nil, err
 		}
-		if warm >= time.Second {
-			if _, _, err := runCacheWrk(wrk, script, url, conns, threads, warm); err != nil {
+		for _, conns := range connsList {
+			threads := min(threads, conns)
+			if warm >= time.Second {
+				if _, _, err := runCacheWrk(wrk, script, url, conns, threads, warm); err != nil {
+					return nil, err
+				}
+			}
+			stop, err := prof.start(fmt.Sprintf("%d-%s-c%d", n, tier.name, conns))
+			if err != nil {
 				return nil, err
 			}
+			r, x, err := runCacheWrk(wrk, script, url, conns, threads, dur)
+			st, perr := stop()
+			if err != nil {
+				return nil, err
+			}
+			if perr != nil {
+				return nil, perr
+			}
+			cpuUS, allocs, _ := st.perReq(r.requests)
+			fmt.Printf("  %d entries, %s, c=%d: %.0f requests/s, p50 %.0f µs, p99 %.0f µs, %.0f µs gateway CPU/request, %.1f allocs/request, X-Cache %d exact / %d semantic / %d miss / %d other\n",
+				n, tier.name, conns, r.rps(), r.p50, r.p99, cpuUS, allocs, x.exact, x.semantic, x.miss, x.other)
+			rows = append(rows, cacheHTTPRow{entries: n, tier: tier.name, fill: fill, fillCPU: fillCPU, conns: conns, cpuUS: cpuUS, allocs: allocs,
+				check: check, r: r, x: x})
 		}
-		cpu0 := processCPU()
-		r, x, err := runCacheWrk(wrk, script, url, conns, threads, dur)
-		if err != nil {
-			return nil, err
-		}
-		cpuUS := float64((processCPU() - cpu0).Microseconds()) / float64(max(r.requests, 1))
-		fmt.Printf("  %d entries, %s: %.0f requests/s, p50 %.0f µs, p99 %.0f µs, %.0f µs gateway CPU/request, X-Cache %d exact / %d semantic / %d miss / %d other\n",
-			n, tier.name, r.rps(), r.p50, r.p99, cpuUS, x.exact, x.semantic, x.miss, x.other)
-		rows = append(rows, cacheHTTPRow{entries: n, tier: tier.name, fill: fill, fillCPU: fillCPU, cpuUS: cpuUS, check: check, r: r, x: x})
 	}
 	return rows, nil
 }

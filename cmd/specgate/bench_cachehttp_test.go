@@ -66,7 +66,7 @@ func TestCacheHTTPQuestions(t *testing.T) {
 	}
 }
 
-var cacheHTTPRowRE = regexp.MustCompile(`(?m)^\| 300 \| [^|]+ \| (exact|semantic) \| (\d+)/(\d+) (HIT-EXACT|HIT-SEMANTIC), (\d+) intended entry \| 4 \| (\d+) \| [^|]+\| [^|]+\| [^|]+\| [^|]+\| (\d+) \| ([0-9.]+) `)
+var cacheHTTPRowRE = regexp.MustCompile(`(?m)^\| 300 \| [^|]+ \| (exact|semantic) \| (\d+)/(\d+) (HIT-EXACT|HIT-SEMANTIC), (\d+) intended entry \| 4 \| (\d+) \| [^|]+\| [^|]+\| [^|]+\| [^|]+\| [^|]+\| (\d+) \| ([0-9.]+) `)
 
 // TestBenchCacheHTTPRuns drives the whole command at a tiny size (needs wrk
 // and the shipped model): 300 entries, 2 s per tier.

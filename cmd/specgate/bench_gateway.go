@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -46,17 +47,22 @@ func (r wrkResult) rps() float64 { return float64(r.requests) / r.durationS }
 // wrkScript paces each connection with delay() so that conns connections
 // together offer the target rate (wrk has no rate flag; wrk2 is not packaged),
 // and prints the summary on one line.
+// delayMS 0: no pacing (closed loop: each connection sends its next request
+// as soon as the answer arrives).
 func wrkScript(delayMS int) string {
+	delay := ""
+	if delayMS > 0 {
+		delay = fmt.Sprintf("function delay() return %d end\n", delayMS)
+	}
 	return fmt.Sprintf(`wrk.method = "POST"
 wrk.body = %q
 wrk.headers["Content-Type"] = "application/json"
-function delay() return %d end
-function done(summary, latency, requests)
+%sfunction done(summary, latency, requests)
   local e = summary.errors
   io.write(string.format("RESULT %%d %%d %%d %%.3f %%.3f %%.3f %%.3f\n", summary.requests, summary.duration,
     e.connect + e.read + e.write + e.status + e.timeout, latency.mean, latency:percentile(50), latency:percentile(90), latency:percentile(99)))
 end
-`, benchBody, delayMS)
+`, benchBody, delay)
 }
 
 func runWrk(wrk, script, url string, conns, threads int, d time.Duration) (wrkResult, error) {
@@ -115,6 +121,9 @@ func runBenchGateway(args []string) error {
 	threads := fs.Int("threads", 2, "wrk threads")
 	pace := fs.Int("pace-ms", 10, "per-connection delay between requests; connections = rate × pace")
 	wrkPath := fs.String("wrk", "wrk", "wrk binary")
+	c1 := fs.Bool("c1", true, "also measure one connection, unpaced (closed loop: the per-request latency without queueing)")
+	var prof benchProfile
+	prof.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -184,41 +193,75 @@ func runBenchGateway(args []string) error {
 	if err := os.WriteFile(script, []byte(wrkScript(*pace)), 0o644); err != nil {
 		return err
 	}
+	script1 := filepath.Join(dir, "bench-c1.lua")
+	if err := os.WriteFile(script1, []byte(wrkScript(0)), 0o644); err != nil {
+		return err
+	}
 
-	fmt.Printf("bench-gateway: POST /v1/chat/completions, %d-byte request, %d-byte reply; wrk %d threads, %v per point, %d ms pacing\n",
-		len(benchBody), len(benchReply), *threads, *dur, *pace)
+	fmt.Printf("bench-gateway: POST /v1/chat/completions, %d-byte request, %d-byte reply; wrk %d threads, %v per point, %d ms pacing; GOMAXPROCS %d\n",
+		len(benchBody), len(benchReply), *threads, *dur, *pace, runtime.GOMAXPROCS(0))
+	fmt.Println("process CPU = this process (upstream, plus the gateway on the gateway path; wrk is another process), per request")
 	fmt.Println()
-	fmt.Println("| target rps | conns | path | achieved rps | errors | mean µs | p50 µs | p90 µs | p99 µs |")
-	fmt.Println("|---:|---:|---|---:|---:|---:|---:|---:|---:|")
-	type pair struct{ direct, gw wrkResult }
-	var results []pair
+	fmt.Println("| point | conns | path | achieved rps | errors | mean µs | p50 µs | p90 µs | p99 µs | process CPU µs/req | allocs/req |")
+	fmt.Println("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	type point struct {
+		name           string
+		rate           int // 0 = unpaced
+		conns, threads int
+		script         string
+	}
+	var points []point
 	for _, rate := range rates {
-		conns := max(rate**pace/1000, 1)
+		points = append(points, point{strconv.Itoa(rate) + " rps", rate, max(rate**pace/1000, 1), *threads, script})
+	}
+	if *c1 {
+		points = append(points, point{"c=1", 0, 1, 1, script1})
+	}
+	type measured struct {
+		r             wrkResult
+		cpuUS, allocs float64
+	}
+	type pair struct{ direct, gw measured }
+	var results []pair
+	for _, pt := range points {
 		var p pair
 		for _, path := range []struct {
 			name string
 			url  string
-			dst  *wrkResult
+			dst  *measured
 		}{{"direct", upURL + "/v1/chat/completions", &p.direct}, {"gateway", gwURL + "/v1/chat/completions", &p.gw}} {
+			threads := min(pt.threads, pt.conns)
 			if *warm >= time.Second {
-				if _, err := runWrk(wrk, script, path.url, conns, *threads, *warm); err != nil {
+				if _, err := runWrk(wrk, pt.script, path.url, pt.conns, threads, *warm); err != nil {
 					return err
 				}
 			}
-			r, err := runWrk(wrk, script, path.url, conns, *threads, *dur)
+			name := strings.ReplaceAll(strings.ReplaceAll(pt.name, " ", ""), "=", "")
+			stop, err := prof.start(name + "-" + path.name)
 			if err != nil {
 				return err
 			}
-			*path.dst = r
-			fmt.Printf("| %d | %d | %s | %.0f | %d | %.0f | %.0f | %.0f | %.0f |\n", rate, conns, path.name, r.rps(), r.errors, r.mean, r.p50, r.p90, r.p99)
+			r, err := runWrk(wrk, pt.script, path.url, pt.conns, threads, *dur)
+			st, perr := stop()
+			if err != nil {
+				return err
+			}
+			if perr != nil {
+				return perr
+			}
+			cpuUS, allocs, _ := st.perReq(r.requests)
+			*path.dst = measured{r, cpuUS, allocs}
+			fmt.Printf("| %s | %d | %s | %.0f | %d | %.0f | %.0f | %.0f | %.0f | %.1f | %.1f |\n", pt.name, pt.conns, path.name, r.rps(), r.errors,
+				r.mean, r.p50, r.p90, r.p99, cpuUS, allocs)
 		}
 		results = append(results, p)
 	}
 	fmt.Println()
-	fmt.Println("| target rps | mean overhead µs | p50 overhead µs | p99 overhead µs |")
-	fmt.Println("|---:|---:|---:|---:|")
+	fmt.Println("| point | mean overhead µs | p50 overhead µs | p99 overhead µs | gateway CPU µs/req | gateway allocs/req |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|")
 	for i, p := range results {
-		fmt.Printf("| %d | %.0f | %.0f | %.0f |\n", rates[i], p.gw.mean-p.direct.mean, p.gw.p50-p.direct.p50, p.gw.p99-p.direct.p99)
+		fmt.Printf("| %s | %.0f | %.0f | %.0f | %.1f | %.1f |\n", points[i].name, p.gw.r.mean-p.direct.r.mean, p.gw.r.p50-p.direct.r.p50,
+			p.gw.r.p99-p.direct.r.p99, p.gw.cpuUS-p.direct.cpuUS, p.gw.allocs-p.direct.allocs)
 	}
 	return nil
 }

@@ -35,7 +35,7 @@ func TestBenchGatewayRuns(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench-gateway: %v\n%s", err, out)
 	}
-	for _, want := range []string{"| 200 | 2 | direct |", "| 200 | 2 | gateway |", "mean overhead"} {
+	for _, want := range []string{"| 200 rps | 2 | direct |", "| 200 rps | 2 | gateway |", "| c=1 | 1 | gateway |", "mean overhead"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
