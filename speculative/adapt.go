@@ -8,7 +8,8 @@ package speculative
 //
 // Fully confirmed chains double the cap (up to max); a partial match sets
 // it to twice the confirmed length; a chain rejected at its first token
-// shrinks it to min and pauses proposing for 1, 3, 7, ... steps (at most
+// shrinks it to min and, from the second such miss in a row, pauses
+// proposing for 1, 3, 7, ... steps (at most
 // maxPause), so that a draft source that has stopped matching costs
 // almost no verification.
 type depthControl struct {
@@ -41,7 +42,7 @@ func (c *depthControl) observe(gained []int32) {
 	case a == 0:
 		c.misses++
 		c.cap = c.min
-		c.pause = min(maxPause, 1<<c.misses-1)
+		c.pause = min(maxPause, 1<<(c.misses-1)-1)
 	default:
 		c.cap = max(c.min, min(c.max, 2*a))
 		c.misses = 0

@@ -1,9 +1,7 @@
 package speculative
 
 import (
-	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"testing"
 	"time"
@@ -84,20 +82,20 @@ func TestLosslessGreedyDrafts(t *testing.T) {
 		pred := engine.KnownDraft{Source: SourcePrediction, Tokens: perturb(want, 16, V)}
 		near := engine.KnownDraft{Source: SourceNearMiss, Tokens: other}
 		for _, mode := range modes {
-			var sp *Proposers
+			req := engine.GenerateRequest{Prompt: prompt, MaxTokens: maxTok}
 			switch mode {
 			case "prompt":
-				sp = NewProposers([]engine.Proposer{promptOnly}, tenant, nil, 0)
+				WithProposers(&req, []engine.Proposer{promptOnly}, tenant, nil, 0)
 			case "suffix":
-				sp = NewProposers([]engine.Proposer{answers}, tenant, nil, 0)
+				WithProposers(&req, []engine.Proposer{answers}, tenant, nil, 0)
 			case "prediction":
-				sp = NewProposers([]engine.Proposer{known}, tenant, []engine.KnownDraft{pred}, 0)
+				WithProposers(&req, []engine.Proposer{known}, tenant, []engine.KnownDraft{pred}, 0)
 			case "near_miss":
-				sp = NewProposers([]engine.Proposer{known}, tenant, []engine.KnownDraft{near}, 0)
+				WithProposers(&req, []engine.Proposer{known}, tenant, []engine.KnownDraft{near}, 0)
 			case "all":
-				sp = NewProposers([]engine.Proposer{known, both}, tenant, []engine.KnownDraft{pred, near}, 0)
+				WithProposers(&req, []engine.Proposer{known, both}, tenant, []engine.KnownDraft{pred, near}, 0)
 			}
-			got, res, err := generate(e, engine.GenerateRequest{Prompt: prompt, MaxTokens: maxTok, Speculator: sp, Tenant: tenant})
+			got, res, err := generate(e, req)
 			if err != nil {
 				t.Fatalf("prompt %d, %s: %v", i, mode, err)
 			}
@@ -148,98 +146,84 @@ func TestLosslessGreedyDrafts(t *testing.T) {
 	}
 }
 
-// draftSamples runs n independent 3-token speculative generations after
-// prompt + g0 through a fresh Proposers each (as the engine drives a
-// Speculator) and counts the first and third tokens; it returns the mean
-// accepted draft tokens per step.
-func draftSamples(t *testing.T, mk func() *Proposers, target *engine.Model, prompt []int32, g0 int32, sp engine.SamplingParams, n int, seed uint64) (c1, c3 []int, tau float64) {
+// draftSamples runs n independent generations of 3 tokens after prompt
+// through the engine, each drafting with mk's setup, and counts the first
+// (from prefill) and the third generated token (decided by verification);
+// it returns the accepted draft tokens per speculative step.
+func draftSamples(t *testing.T, e *engine.Engine, mk func(*engine.GenerateRequest), prompt []int32, sp engine.SamplingParams, n int, seed uint64) (c1, c3 []int, tau float64) {
 	t.Helper()
-	V := target.Config.VocabSize
+	V := tinyConfig().VocabSize
 	c1, c3 = make([]int, V), make([]int, V)
-	seq := target.NewSequence()
-	defer seq.Free()
-	if _, err := seq.Forward(prompt, nil, []int32{}); err != nil {
-		t.Fatal(err)
-	}
-	var stats engine.SpecStats
-	rng := rand.New(rand.NewPCG(seed, seed+1))
-	steps := 0
-	for range n {
-		seq.Truncate(len(prompt))
-		p := mk()
-		s := &engine.SpecState{Ctx: context.Background(), Target: target, Seq: seq, Prompt: prompt, Params: sp,
-			Rand: rng, Active: 1, Stats: &stats}
-		gen := []int32{g0}
-		for len(gen) < 4 {
-			s.Generated, s.Pending, s.MaxNew = gen, gen[len(gen)-1], 8
-			toks, err := p.Step(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			steps++
-			if len(toks) == 0 || len(toks) > s.MaxNew {
-				t.Fatalf("Step returned %d tokens", len(toks))
-			}
-			gen = append(gen, toks...)
-			if seq.Len() != len(prompt)+len(gen)-1 {
-				t.Fatalf("target KV holds %d tokens, want %d", seq.Len(), len(prompt)+len(gen)-1)
-			}
+	var acc, steps int
+	for i := range n {
+		sd := splitmix(seed<<32 | uint64(i)) // consecutive PCG seeds are correlated
+		sp := sp
+		sp.Seed = &sd
+		req := engine.GenerateRequest{Prompt: prompt, MaxTokens: 8, Sampling: sp}
+		mk(&req)
+		got, res, err := generate(e, req)
+		if err != nil {
+			t.Fatal(err)
 		}
-		s.Generated = gen
-		p.Release(s)
-		c1[gen[1]]++
-		c3[gen[3]]++
+		if len(got) < 3 {
+			t.Fatalf("generated %v, want >= 3 tokens", got)
+		}
+		if res.Spec != nil {
+			acc += res.Spec.Accepted
+			steps += res.Spec.Steps
+		}
+		c1[got[0]]++
+		c3[got[2]]++
 	}
-	return c1, c3, float64(stats.Accepted) / float64(steps)
+	return c1, c3, float64(acc) / float64(max(steps, 1))
 }
 
 type draftCase struct {
 	name  string
-	mk    func() *Proposers
+	mk    func(*engine.GenerateRequest)
 	lossy bool
 	n     int
 }
 
 // TestLosslessSamplingDrafts: with deterministic drafts (a fixed
 // prediction made of the target's likeliest tokens; the tenant's earlier
-// samples through the suffix proposer; prompt lookup), the first and the
-// third sampled token follow the target's exact distribution (chi-square,
-// p > 0.01, 100k samples; -short 10k); a wrong rule that accepts a likely
-// draft token without a draw is detected (p < 1e-4).
+// samples through the suffix proposer, plus prompt lookup), the first and
+// the third sampled token of generations through the engine follow the
+// target's exact distribution (chi-square, p > 0.01, 100k samples; -short
+// 10k); a wrong rule that accepts a likely draft token without a draw is
+// detected (p < 1e-4).
 func TestLosslessSamplingDrafts(t *testing.T) {
 	target, _ := tinyPair()
-	prompt := []int32{0, 5, 9, 2, 7, 3, 4, 1}
-	const g0 = 3 // prompt lookup: 3 is followed by 4, 1 in the prompt
-	params := engine.SamplingParams{Temperature: 0.9}
-	// the prediction: greedy continuation (likely, not certain, under sampling).
+	prompt := []int32{0, 5, 9, 2, 7, 3, 4, 1, 3}
+	params := engine.SamplingParams{Temperature: 0.6}
 	e := engine.New(target, engine.Options{})
-	greedy, _, err := generate(e, engine.GenerateRequest{Prompt: append(append([]int32(nil), prompt...), g0), MaxTokens: 6, NoSpeculation: true})
-	e.Close()
+	defer e.Close()
+	greedy, _, err := generate(e, engine.GenerateRequest{Prompt: prompt, MaxTokens: 6, NoSpeculation: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cases []draftCase
 	known := NewKnown(KnownConfig{})
 	suffix, _ := NewSuffix(SuffixConfig{MinScore: 0.05})
-	pred := []engine.KnownDraft{{Source: SourcePrediction, Tokens: append([]int32{g0}, greedy...)}}
-	cases = append(cases,
-		draftCase{"prediction", func() *Proposers { return NewProposers([]engine.Proposer{known}, "a", pred, 0) }, false, 100000},
-		draftCase{"suffix+prompt", func() *Proposers { return NewProposers([]engine.Proposer{suffix}, "a", nil, 0) }, false, 100000},
-		draftCase{"wrong-accept-likely", func() *Proposers {
-			p := NewProposers([]engine.Proposer{known}, "a", pred, 0)
-			p.lossyMinP = 0.1
-			return p
+	pred := []engine.KnownDraft{{Source: SourcePrediction, Tokens: greedy}}
+	cases := []draftCase{
+		{"prediction", func(r *engine.GenerateRequest) { WithProposers(r, []engine.Proposer{known}, "a", pred, 0) }, false, 100000},
+		{"suffix+prompt", func(r *engine.GenerateRequest) { WithProposers(r, []engine.Proposer{suffix}, "a", nil, 0) }, false, 100000},
+		{"wrong-accept-likely", func(r *engine.GenerateRequest) {
+			WithProposers(r, []engine.Proposer{known}, "a", pred, 0)
+			r.Speculator.(*Proposers).lossyMinP = 0.1
 		}, true, 30000},
-	)
+	}
+	// exact: the first token after prompt (p1) and the third (p3), by enumeration.
+	p0, _ := exactDists(t, target, prompt[:len(prompt)-1], prompt[len(prompt)-1], params)
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			n := c.n
 			if testing.Short() {
 				n /= 10
 			}
-			p1, p3 := exactDists(t, target, prompt, g0, params)
-			c1, c3, tau := draftSamples(t, c.mk, target, prompt, g0, params, n, uint64(300+i))
-			s1, df1, pv1 := chiSquare(c1, p1)
+			c1, c3, tau := draftSamples(t, e, c.mk, prompt, params, n, uint64(300+i))
+			p3 := thirdDist(t, target, prompt, params)
+			s1, df1, pv1 := chiSquare(c1, p0)
 			s3, df3, pv3 := chiSquare(c3, p3)
 			t.Logf("%d samples, accepted/step %.2f: first token chi2 %.1f df %d p %.4f; third token chi2 %.1f df %d p %.4f",
 				n, tau, s1, df1, pv1, s3, df3, pv3)
@@ -250,11 +234,114 @@ func TestLosslessSamplingDrafts(t *testing.T) {
 				return
 			}
 			if pv1 <= 0.01 || pv3 <= 0.01 {
-				t.Fatalf("distribution differs from the target's: p %.4f, %.4f\nfirst %v\n      %.4v\nthird %v\n      %.4v", pv1, pv3, c1, p1, c3, p3)
+				t.Fatalf("distribution differs from the target's: p %.4f, %.4f\nfirst %v\n      %.4v\nthird %v\n      %.4v", pv1, pv3, c1, p0, c3, p3)
 			}
 			if tau < 0.2 {
 				t.Fatalf("accepted %.2f draft tokens per step: speculation barely exercised", tau)
 			}
 		})
+	}
+	if len(known.reqs) != 0 || len(suffix.reqs) != 0 {
+		t.Fatalf("proposers kept released requests: %d, %d", len(known.reqs), len(suffix.reqs))
+	}
+}
+
+// thirdDist is the exact distribution of the third token generated after
+// prompt (marginalized over the first two by enumeration).
+func thirdDist(t *testing.T, m *engine.Model, prompt []int32, sp engine.SamplingParams) []float64 {
+	t.Helper()
+	V := m.Config.VocabSize
+	next := func(gen []int32) []float64 {
+		s := m.NewSequence()
+		defer s.Free()
+		toks := append(append([]int32(nil), prompt...), gen...)
+		lg, err := s.Forward(toks, nil, []int32{int32(len(toks) - 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]float64, V)
+		for i, v := range engine.Probs(lg, sp, gen) {
+			out[i] = float64(v)
+		}
+		return out
+	}
+	p1 := next(nil)
+	p3 := make([]float64, V)
+	for a := range V {
+		if p1[a] == 0 {
+			continue
+		}
+		p2 := next([]int32{int32(a)})
+		for b := range V {
+			if p2[b] == 0 {
+				continue
+			}
+			for x, v := range next([]int32{int32(a), int32(b)}) {
+				p3[x] += p1[a] * p2[b] * v
+			}
+		}
+	}
+	return p3
+}
+
+// splitmix is SplitMix64's finalizer: well-spread seeds from a counter.
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// TestSeededSamplingDraftsEqualPlain: the model-free drafts are verified by
+// drawing the target's own token at each node exactly as plain decoding
+// draws it (one uniform from the request's RNG per token, same
+// transforms), so a seeded sampled request gives plain decoding's output
+// token for token; every source, 500 seeds each, tiny model and the
+// shipped target.
+func TestSeededSamplingDraftsEqualPlain(t *testing.T) {
+	tiny, _ := tinyPair()
+	shipped, _ := shippedPair(t)
+	nShipped := 60
+	if testing.Short() {
+		nShipped = 15
+	}
+	for _, m := range []struct {
+		name   string
+		model  *engine.Model
+		prompt []int32
+		n      int
+	}{{"tiny", tiny, []int32{0, 5, 9, 2, 7, 3, 4, 1, 3}, 500}, {"shipped", shipped, shipped.Tokenizer.Encode(testPrompts(t)[3], true), nShipped}} {
+		e := engine.New(m.model, engine.Options{})
+		greedy, _, err := generate(e, engine.GenerateRequest{Prompt: m.prompt, MaxTokens: 24, NoSpeculation: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		known := NewKnown(KnownConfig{})
+		suffix, _ := NewSuffix(SuffixConfig{MinScore: 0.05})
+		pred := []engine.KnownDraft{{Source: SourcePrediction, Tokens: greedy}, {Source: SourceNearMiss, Tokens: greedy[3:]}}
+		accepted := 0
+		for i := range m.n {
+			sd := splitmix(uint64(i))
+			sp := engine.SamplingParams{Temperature: 0.7, TopP: 0.95, PresencePenalty: 0.3, Seed: &sd}
+			want, _, err := generate(e, engine.GenerateRequest{Prompt: m.prompt, MaxTokens: 24, Sampling: sp, NoSpeculation: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := engine.GenerateRequest{Prompt: m.prompt, MaxTokens: 24, Sampling: sp}
+			WithProposers(&req, []engine.Proposer{known, suffix}, "a", pred, 0)
+			got, res, err := generate(e, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("%s seed %d:\nspeculative %v\nplain       %v", m.name, i, got, want)
+			}
+			accepted += res.Spec.Accepted
+		}
+		e.Close()
+		t.Logf("%s: %d seeds equal to plain, %d draft tokens accepted", m.name, m.n, accepted)
+		if accepted == 0 {
+			t.Fatalf("%s: no draft token accepted: nothing tested", m.name)
+		}
 	}
 }

@@ -63,7 +63,10 @@ type knownCursor struct {
 	toks []int32
 	idx  *corpus
 	at   int // index in toks aligned with the pending token; -1: before the first; -2: lost
-	ctl  depthControl
+	// guessed: at was set by assuming a substitution, not by a match; a
+	// second miss then loses the cursor.
+	guessed bool
+	ctl     depthControl
 }
 
 // NewKnown returns a Known proposer.
@@ -151,7 +154,7 @@ func (k *Known) follow(c *knownCursor, gen, gained []int32) {
 			}
 		}
 		if ok {
-			c.at = at
+			c.at, c.guessed = at, false
 			return
 		}
 	}
@@ -178,7 +181,14 @@ func (k *Known) follow(c *knownCursor, gen, gained []int32) {
 			}
 		}
 	}
-	c.at = best
+	guessed := false
+	if best < -1 && c.at >= 0 && !c.guessed && expected < len(c.toks)-1 {
+		// no match: assume the target substituted what it gained for as
+		// many draft tokens (an edited number, a renamed identifier) and
+		// go on after them; depthControl pauses a draft that keeps missing.
+		best, guessed = expected, true
+	}
+	c.at, c.guessed = best, guessed
 }
 
 // all returns the trie's nodes, most weighted first, at most budget, each

@@ -259,3 +259,13 @@ func (m *merged) add(p *engine.Proposal, owner, limit, maxDepth int) error {
 	}
 	return nil
 }
+
+// WithProposers makes r draft with ps (model-free proposers) for tenant,
+// with the caller's known drafts. With the engine of this commit it sets
+// r.Speculator to a per-request Proposers (budget 0: the default); it also
+// fills r.Proposers, r.Tenant and r.KnownDrafts, which an engine that
+// verifies proposers in its batch reads directly.
+func WithProposers(r *engine.GenerateRequest, ps []engine.Proposer, tenant string, known []engine.KnownDraft, budget int) {
+	r.Tenant, r.KnownDrafts = tenant, known
+	r.Speculator = NewProposers(ps, tenant, known, budget)
+}

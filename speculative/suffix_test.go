@@ -306,6 +306,15 @@ func TestKnownFollowsAndResyncs(t *testing.T) {
 	if len(p.Tokens) == 0 || p.Tokens[0] != draft[27] {
 		t.Fatalf("after an insertion: %v, want %d", p.Tokens, draft[27])
 	}
+	// a substitution right after a confirmed run (the bonus token differs
+	// from the draft's): the cursor skips the substituted token at once.
+	k3 := NewKnown(KnownConfig{})
+	propose1(t, k3, engine.ProposeRequest{ID: 5, Generated: draft[:10], Known: known})
+	gen = append(append([]int32(nil), draft[:10]...), 7)
+	p = propose1(t, k3, engine.ProposeRequest{ID: 5, Generated: gen, Known: known})
+	if len(p.Tokens) == 0 || p.Tokens[0] != draft[11] {
+		t.Fatalf("after a substitution: %v, want %d", p.Tokens, draft[11])
+	}
 	// unrelated output: nothing.
 	p = propose1(t, k, engine.ProposeRequest{ID: 2, Generated: toks(5, 6, 7), Known: known})
 	if len(p.Tokens) != 0 {
