@@ -72,11 +72,13 @@ type Cache struct {
 	ns  map[string]*nsState // by namespace
 	agg map[string]*aggState
 
-	sf      singleflight.Group
-	touches chan [2]string
-	stop    chan struct{}
-	wg      sync.WaitGroup
-	closed  sync.Once
+	hot *hotTier // nil when Config.HotBytes < 0
+
+	sf     singleflight.Group
+	hits   map[hotKey]int64 // counted by served, written by the toucher; under mu
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	closed sync.Once
 }
 
 type nsState struct {
@@ -112,10 +114,15 @@ func New(cfg Config, store Store, index VectorIndex, emb Embedder, opts ...Optio
 	}
 	c := &Cache{
 		cfg: cfg, store: store, index: index, emb: emb, m: m, now: o.now, logf: o.logf,
-		ns:      map[string]*nsState{},
-		agg:     map[string]*aggState{},
-		touches: make(chan [2]string, 4096),
-		stop:    make(chan struct{}),
+		ns:   map[string]*nsState{},
+		agg:  map[string]*aggState{},
+		hits: map[hotKey]int64{},
+		stop: make(chan struct{}),
+	}
+	if cfg.HotBytes > 0 {
+		if c.hot, err = newHotTier(cfg.HotPolicy, cfg.HotBytes); err != nil {
+			return nil, fmt.Errorf("%w: hot tier: %w", ErrConfig, err)
+		}
 	}
 	if !o.noRebuild {
 		if err := c.rebuild(context.Background()); err != nil {
@@ -139,6 +146,49 @@ func (c *Cache) Close() error {
 
 // Config returns the effective configuration (defaults applied).
 func (c *Cache) Config() Config { return c.cfg }
+
+// SetRenderer sets the function that pre-renders responses as they enter
+// the hot tier; hits then carry its result in Lookup.View. Entries already
+// hot are dropped (their views would be stale). The gateway sets its own.
+// A nil r removes the renderer.
+func (c *Cache) SetRenderer(r Renderer) {
+	if c.hot == nil {
+		return
+	}
+	if r == nil {
+		c.hot.render.Store(nil)
+	} else {
+		c.hot.render.Store(&r)
+	}
+	c.hot.clear()
+}
+
+// HotStats returns the number of entries in the hot tier and their
+// accounted bytes (0, 0 when the tier is off).
+func (c *Cache) HotStats() (entries int, bytes int64) {
+	if c.hot == nil {
+		return 0, 0
+	}
+	return c.hot.stats()
+}
+
+// fetch returns the live entry (ns, id) from the hot tier or, promoting it
+// there, from the store.
+func (c *Cache) fetch(ctx context.Context, ns, id string, now time.Time) (*hotEntry, error) {
+	if c.hot != nil {
+		if he := c.hot.get(ns, id, now); he != nil {
+			return he, nil
+		}
+	}
+	e, err := c.store.Get(ctx, ns, id)
+	if err != nil {
+		return nil, err
+	}
+	if c.hot != nil {
+		return c.hot.put(ns, id, e.Key, e.Response, e.ExpiresAt), nil
+	}
+	return &hotEntry{key: e.Key, resp: e.Response, expires: e.ExpiresAt}, nil
+}
 
 func tenantOf(ns string) string {
 	t, _, _ := strings.Cut(ns, "/")
@@ -210,6 +260,9 @@ func (c *Cache) admit(ns, id string, size int64, cost float64, ttl time.Duration
 // evict deletes victims from store and index and counts them.
 func (c *Cache) evict(ctx context.Context, vs []victim) {
 	for _, v := range vs {
+		if c.hot != nil {
+			c.hot.remove(v.ns, v.id)
+		}
 		if err := c.store.Delete(ctx, v.ns, v.id); err != nil && !errors.Is(err, ErrNotFound) {
 			c.m.errors.WithLabelValues("store-delete").Inc()
 			c.logf("cache: evict %s: %v", v.id, err)
@@ -376,12 +429,12 @@ func (c *Cache) get(ctx context.Context, req *Request) (Lookup, []float32, error
 		c.m.latency.WithLabelValues(res).Observe(c.now().Sub(start).Seconds())
 		return l
 	}
-	// Exact tier.
-	e, err := c.store.Get(ctx, p.ns, p.id)
+	// Exact tier: the hot tier, then the store.
+	e, err := c.fetch(ctx, p.ns, p.id, start)
 	switch {
-	case err == nil && e.Key == p.norm:
-		c.served(p.ns, e.ID)
-		l.Hit, l.Tier, l.Similarity, l.Response = true, TierExact, 1, e.Response
+	case err == nil && e.key == p.norm:
+		c.served(p.ns, p.id)
+		l.Hit, l.Tier, l.Similarity, l.Response, l.View = true, TierExact, 1, e.resp, e.view
 		return done(l), nil, nil
 	case err != nil && !errors.Is(err, ErrNotFound):
 		c.m.errors.WithLabelValues("store-get").Inc()
@@ -418,7 +471,7 @@ func (c *Cache) get(ctx context.Context, req *Request) (Lookup, []float32, error
 			}
 			break
 		}
-		e, err := c.store.Get(ctx, p.ns, m.ID)
+		e, err := c.fetch(ctx, p.ns, m.ID, start)
 		if errors.Is(err, ErrNotFound) {
 			c.forget(ctx, p.ns, m.ID, "stale")
 			continue
@@ -429,7 +482,7 @@ func (c *Cache) get(ctx context.Context, req *Request) (Lookup, []float32, error
 			return done(l), v, fmt.Errorf("cache: semantic fetch: %w", err)
 		}
 		if !c.cfg.DisableGuard {
-			if why := Guard(p.norm, e.Key); why != "" {
+			if why := Guard(p.norm, e.key); why != "" {
 				c.m.guard.WithLabelValues(why).Inc()
 				c.m.similarity.WithLabelValues("guard").Observe(float64(m.Score))
 				if l.Reason == "miss" || l.Reason == "threshold" {
@@ -439,8 +492,8 @@ func (c *Cache) get(ctx context.Context, req *Request) (Lookup, []float32, error
 			}
 		}
 		c.m.similarity.WithLabelValues("served").Observe(float64(m.Score))
-		c.served(p.ns, e.ID)
-		l.Hit, l.Tier, l.Similarity, l.Response, l.ID, l.Reason = true, TierSemantic, m.Score, e.Response, e.ID, ""
+		c.served(p.ns, m.ID)
+		l.Hit, l.Tier, l.Similarity, l.Response, l.View, l.ID, l.Reason = true, TierSemantic, m.Score, e.resp, e.view, m.ID, ""
 		return done(l), v, nil
 	}
 	return done(l), v, nil
@@ -453,31 +506,17 @@ func errOr(err error, n int) error {
 	return fmt.Errorf("%w: embedder returned %d vectors for 1 text", ErrDim, n)
 }
 
-// served records a hit in the policy and, asynchronously, in the store.
+// served records a hit in the policy and counts it for the store (written
+// in batches by the toucher).
 func (c *Cache) served(ns, id string) {
 	c.mu.Lock()
 	if s := c.ns[ns]; s != nil {
 		s.pol.Get(id)
 	}
+	if len(c.hits) < maxPendingHits { // hit statistics are best effort
+		c.hits[hotKey{ns, id}]++
+	}
 	c.mu.Unlock()
-	select {
-	case c.touches <- [2]string{ns, id}:
-	default: // hit statistics are best effort
-	}
-}
-
-func (c *Cache) toucher() {
-	defer c.wg.Done()
-	for {
-		select {
-		case t := <-c.touches:
-			if err := c.store.Touch(context.Background(), t[0], t[1]); err != nil && !errors.Is(err, ErrNotFound) {
-				c.m.errors.WithLabelValues("store-touch").Inc()
-			}
-		case <-c.stop:
-			return
-		}
-	}
 }
 
 func (c *Cache) janitor() {
@@ -546,9 +585,16 @@ func (c *Cache) put(ctx context.Context, req *Request, p prepared, v []float32, 
 	if v != nil {
 		if err := c.index.Add(ctx, p.ns, p.id, v); err != nil {
 			c.m.errors.WithLabelValues("index-add").Inc()
+			if c.hot != nil {
+				c.hot.remove(p.ns, p.id)
+			}
 			_ = c.store.Delete(ctx, p.ns, p.id)
 			return fmt.Errorf("cache: index add: %w", err)
 		}
+	}
+	if c.hot != nil {
+		// Write-through: the next hit on this entry reads no store.
+		c.hot.put(p.ns, p.id, p.norm, e.Response, e.ExpiresAt)
 	}
 	c.m.stores.WithLabelValues(p.label).Inc()
 	c.evict(ctx, c.admit(p.ns, p.id, e.Size(), cost, p.cfg.TTL))

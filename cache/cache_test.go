@@ -409,9 +409,13 @@ func TestTTL(t *testing.T) {
 }
 
 // TestStaleIndexEntry: a vector whose entry vanished from the store (another
-// replica evicted it) is dropped on first sight, not served.
+// replica evicted it) is dropped on first sight, not served. The store path
+// only: an entry in this replica's hot tier is served until it leaves it
+// (TestHotTierStaleness).
 func TestStaleIndexEntry(t *testing.T) {
-	f := newFixture(t, cache.DefaultConfig())
+	cfg := cache.DefaultConfig()
+	cfg.HotBytes = -1
+	f := newFixture(t, cfg)
 	ctx := context.Background()
 	r := user("t", "How do I boil an egg?")
 	if err := f.c.Put(ctx, r, []byte("x"), 1); err != nil {

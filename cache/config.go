@@ -55,7 +55,17 @@ type Config struct {
 	MaxResponseBytes int `yaml:"max_response_bytes" json:"max_response_bytes"`
 	// SweepInterval is how often expired entries are purged; 0 = 1 minute.
 	SweepInterval time.Duration `yaml:"sweep_interval" json:"sweep_interval"`
+	// HotBytes bounds the in-memory hot tier in front of the store (all
+	// namespaces together): hot entries are served without a store read,
+	// with their response pre-rendered. 0 = DefaultHotBytes; negative = off.
+	HotBytes int64 `yaml:"hot_bytes" json:"hot_bytes"`
+	// HotPolicy is the hot tier's eviction policy (package policy names);
+	// "" = "s3fifo".
+	HotPolicy string `yaml:"hot_policy" json:"hot_policy"`
 }
+
+// DefaultHotBytes is the default bound of the hot tier (128 MiB).
+const DefaultHotBytes = 128 << 20
 
 // DefaultConfig returns the recommended configuration.
 func DefaultConfig() Config {
@@ -85,6 +95,12 @@ func (c *Config) withDefaults() {
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = time.Minute
+	}
+	if c.HotBytes == 0 {
+		c.HotBytes = DefaultHotBytes
+	}
+	if c.HotPolicy == "" {
+		c.HotPolicy = "s3fifo"
 	}
 }
 
@@ -118,6 +134,9 @@ func (c *Config) Validate() error {
 	}
 	if c.TopK < 0 || c.TopK > 64 {
 		return fmt.Errorf("%w: top_k %d not in [0, 64]", ErrConfig, c.TopK)
+	}
+	if c.HotPolicy != "" && !knownPolicy(c.HotPolicy) {
+		return fmt.Errorf("%w: hot_policy %q unknown", ErrConfig, c.HotPolicy)
 	}
 	if c.MaxKeyBytes < 0 || c.MaxResponseBytes < 0 || c.SweepInterval < 0 {
 		return fmt.Errorf("%w: negative max_key_bytes, max_response_bytes or sweep_interval", ErrConfig)

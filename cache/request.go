@@ -59,8 +59,12 @@ type Lookup struct {
 	Hit        bool
 	Tier       string  // TierExact or TierSemantic when Hit
 	Similarity float32 // cosine similarity of the served entry (1 for exact hits); best rejected score on a semantic miss
-	// Response is the stored response bytes. It is a copy owned by the caller.
-	Response  []byte
+	// Response is the stored response bytes. It is shared with the cache
+	// (a hit copies nothing): read it, never modify it.
+	Response []byte
+	// View is the Renderer's pre-rendered form of Response (see
+	// Cache.SetRenderer); nil when no renderer is set or on a miss. Read-only.
+	View      any
 	Namespace string // namespace of the request (set on hits and misses alike)
 	ID        string // entry id of the served entry, or the id the request would be stored under
 	// Reason explains a miss: "no-cache", "temperature", "empty", "miss",

@@ -27,7 +27,7 @@ type SQLiteStore struct {
 	mu     sync.RWMutex // guards closed against in-flight statements
 	closed bool
 
-	put, get, del, touch, scanAll, scanNS, purge *sql.Stmt
+	put, get, del, touch, addHits, scanAll, scanNS, purge *sql.Stmt
 }
 
 const sqliteSchema = `
@@ -78,6 +78,7 @@ func OpenSQLite(path string, now func() time.Time) (*SQLiteStore, error) {
 		{&s.get, `SELECT key,response,vector,cost,created,expires,hits FROM entries WHERE ns=? AND id=? AND (expires=0 OR expires>?)`},
 		{&s.del, `DELETE FROM entries WHERE ns=? AND id=?`},
 		{&s.touch, `UPDATE entries SET hits=hits+1 WHERE ns=? AND id=? AND (expires=0 OR expires>?)`},
+		{&s.addHits, `UPDATE entries SET hits=hits+? WHERE ns=? AND id=? AND (expires=0 OR expires>?)`},
 		{&s.scanAll, `SELECT ns,id,key,response,vector,cost,created,expires,hits FROM entries WHERE expires=0 OR expires>? ORDER BY created`},
 		{&s.scanNS, `SELECT ns,id,key,response,vector,cost,created,expires,hits FROM entries WHERE ns=? AND (expires=0 OR expires>?) ORDER BY created`},
 		{&s.purge, `DELETE FROM entries WHERE expires>0 AND expires<=?`},
@@ -213,6 +214,33 @@ func (s *SQLiteStore) Touch(ctx context.Context, namespace, id string) error {
 	return nil
 }
 
+// AddHits adds each hit count to its live entry in one transaction (absent
+// or expired entries are skipped). It implements HitAdder.
+func (s *SQLiteStore) AddHits(ctx context.Context, hits []Hit) error {
+	if err := s.begin(); err != nil {
+		return err
+	}
+	defer s.end()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: add hits: %w", err)
+	}
+	st := tx.StmtContext(ctx, s.addHits)
+	now := s.now().UnixNano()
+	for _, h := range hits {
+		if _, err := st.ExecContext(ctx, h.N, h.Namespace, h.ID, now); err != nil {
+			_ = tx.Rollback()
+			return fmt.Errorf("sqlite: add hits %s: %w", h.ID, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlite: add hits: %w", err)
+	}
+	return nil
+}
+
+var _ HitAdder = (*SQLiteStore)(nil)
+
 // Scan visits the live entries of namespace ("" = all), oldest first. fn must
 // not call back into the store (the scan holds a connection and the close lock).
 func (s *SQLiteStore) Scan(ctx context.Context, namespace string, fn func(*Entry) error) error {
@@ -276,7 +304,7 @@ func (s *SQLiteStore) Close() error {
 		return nil
 	}
 	s.closed = true
-	for _, st := range []*sql.Stmt{s.put, s.get, s.del, s.touch, s.scanAll, s.scanNS, s.purge} {
+	for _, st := range []*sql.Stmt{s.put, s.get, s.del, s.touch, s.addHits, s.scanAll, s.scanNS, s.purge} {
 		st.Close()
 	}
 	return s.db.Close()

@@ -166,7 +166,8 @@ type runState struct {
 	j       *job
 	id      string
 	created int64
-	log     *slog.Logger
+	log     *slog.Logger // nil until logger() is called
+	reqID   string
 	key     *keyState
 	start   time.Time
 	creq    *cache.Request
@@ -195,19 +196,39 @@ func (r *runState) finish(usage *Usage, outcome string, ttft time.Duration) {
 	if ttft > 0 {
 		met.ttft.WithLabelValues(m).Observe(ttft.Seconds())
 	}
-	attrs := []any{"model", m, "tenant", r.j.tenant, "outcome", outcome, "stream", r.j.stream, "n", r.j.n,
-		"duration_ms", float64(time.Since(r.start).Microseconds()) / 1000}
+	if !r.s.log.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
+	// The same line as logger().Info("generation", …) writes, without
+	// cloning a logger per request or boxing every value.
+	attrs := make([]slog.Attr, 0, 14)
+	attrs = append(attrs, slog.String("request_id", r.reqID), slog.String("model", m), slog.String("tenant", r.j.tenant),
+		slog.String("outcome", outcome), slog.Bool("stream", r.j.stream), slog.Int("n", r.j.n),
+		slog.Float64("duration_ms", float64(time.Since(r.start).Microseconds())/1000))
 	if usage != nil {
-		attrs = append(attrs, "prompt_tokens", usage.PromptTokens, "completion_tokens", usage.CompletionTokens,
-			"cached_tokens", usage.PromptTokensDetails.CachedTokens)
+		cached := 0
+		if usage.PromptTokensDetails != nil {
+			cached = usage.PromptTokensDetails.CachedTokens
+		}
+		attrs = append(attrs, slog.Int("prompt_tokens", usage.PromptTokens), slog.Int("completion_tokens", usage.CompletionTokens),
+			slog.Int("cached_tokens", cached))
 		if usage.Speculative != nil {
-			attrs = append(attrs, "spec_acceptance", usage.Speculative.AcceptanceRate)
+			attrs = append(attrs, slog.Float64("spec_acceptance", usage.Speculative.AcceptanceRate))
 		}
 	}
 	if r.j.user != nil {
-		attrs = append(attrs, "user", *r.j.user)
+		attrs = append(attrs, slog.String("user", *r.j.user))
 	}
-	r.log.Info("generation", attrs...)
+	r.s.log.LogAttrs(context.Background(), slog.LevelInfo, "generation", attrs...)
+}
+
+// logger is the request's logger (built on first use: most requests only
+// log their one summary line, which finish writes directly).
+func (r *runState) logger() *slog.Logger {
+	if r.log == nil {
+		r.log = r.s.log.With("request_id", r.reqID)
+	}
+	return r.log
 }
 
 func paramOf(j *job) string {
@@ -220,10 +241,11 @@ func paramOf(j *job) string {
 // runLocal serves a validated job: from the cache when it hits, otherwise
 // from the engine, as JSON or as an SSE stream.
 func (s *Server) runLocal(c *fiber.Ctx, j *job, creq *cache.Request) error {
-	rs := &runState{s: s, j: j, id: newCompletionID(j.ep), created: time.Now().Unix(), log: s.logger(c), start: time.Now(), creq: creq}
+	rs := &runState{s: s, j: j, id: newCompletionID(j.ep), created: time.Now().Unix(), start: time.Now(), creq: creq}
+	rs.reqID, _ = c.Locals(localRequestID).(string)
 	rs.key, _ = c.Locals(localKey).(*keyState)
 	ctx, cancel := context.WithCancelCause(s.baseCtx)
-	watch := watchConn(c.Context().Conn(), func() {
+	watch := watchConnLazily(c.Context().Conn(), func() {
 		s.met.disconnects.Inc()
 		cancel(ErrClientGone)
 	})
@@ -238,13 +260,21 @@ func (s *Server) runLocal(c *fiber.Ctx, j *job, creq *cache.Request) error {
 	if creq != nil {
 		l, err := s.cache.Get(ctx, creq)
 		if err != nil {
-			rs.log.Warn("cache lookup failed", "err", err)
+			rs.logger().Warn("cache lookup failed", "err", err)
 		}
 		setCacheHeaders(c, l)
 		if l.Hit {
 			watch.stop()
 			cancel(nil)
 			s.inflight.Done()
+			if v := viewOf(l); v != nil {
+				if t, ok := v.sseFor(j.includeUsage); ok {
+					rs.finish(v.usage, "cache_hit", 0)
+					setSSEHeaders(c)
+					t.write(c, rs.id, rs.created)
+					return nil
+				}
+			}
 			return s.replaySSE(c, rs, l.Response, true)
 		}
 		if l.ID != "" {
@@ -308,15 +338,17 @@ func (s *Server) runLocal(c *fiber.Ctx, j *job, creq *cache.Request) error {
 		body, _ := j.render(rs.id, rs.created, genOutcome{acc: st.acc, results: st.results})
 		flight.finish(body, true)
 		if err := s.cache.Put(context.Background(), creq, body, float64(usage.CompletionTokens)); err != nil {
-			rs.log.Warn("cache store failed", "err", err)
+			rs.logger().Warn("cache store failed", "err", err)
 		}
 	})
 	return nil
 }
 
+// setCacheHeaders sets what l.Headers() lists, without building the map.
 func setCacheHeaders(c *fiber.Ctx, l cache.Lookup) {
-	for k, v := range l.Headers() {
-		c.Set(k, v)
+	c.Set(cache.HeaderCache, l.XCache())
+	if l.Hit {
+		c.Set(cache.HeaderCacheSimilarity, l.XCacheSimilarity())
 	}
 }
 
@@ -352,6 +384,13 @@ func (s *Server) runJSON(c *fiber.Ctx, ctx context.Context, rs *runState) error 
 			body, _, err = gen(ctx)
 		}
 		setCacheHeaders(c, l)
+		if v := viewOf(l); err == nil && l.Hit && v != nil {
+			// Pre-rendered: fill in this request's id and time.
+			rs.finish(v.usage, "cache_hit", 0)
+			c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+			v.body.write(c, rs.id, rs.created)
+			return nil
+		}
 		if err == nil && (l.Hit || l.Shared) {
 			body, usage = rewriteCached(body, rs.id, rs.created, l.Hit)
 			outcome := "cache_hit"
@@ -368,7 +407,7 @@ func (s *Server) runJSON(c *fiber.Ctx, ctx context.Context, rs *runState) error 
 	if err != nil {
 		rs.finish(nil, "error", 0)
 		if cause := context.Cause(ctx); errors.Is(cause, ErrClientGone) {
-			rs.log.Info("client disconnected; generation cancelled")
+			rs.logger().Info("client disconnected; generation cancelled")
 			return nil
 		}
 		return engineError(err, paramOf(j))

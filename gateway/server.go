@@ -144,6 +144,10 @@ func New(opts Options) (*Server, error) {
 		s.reg = prometheus.NewRegistry()
 	}
 	s.baseCtx, s.abort = context.WithCancel(context.Background())
+	if r, ok := opts.Cache.(interface{ SetRenderer(cache.Renderer) }); ok {
+		// Hits then carry their response pre-rendered (cacheview.go).
+		r.SetRenderer(renderCached)
+	}
 	var err error
 	if s.met, err = newMetrics(s.reg, opts.Models); err != nil {
 		return nil, err
@@ -333,9 +337,7 @@ func (s *Server) requestContext(c *fiber.Ctx) error {
 		id = newRequestID()
 	}
 	c.Set("X-Request-ID", id)
-	log := s.log.With("request_id", id)
 	c.Locals(localRequestID, id)
-	c.Locals(localLogger, log)
 	s.met.inflight.Inc()
 	err := c.Next()
 	s.met.inflight.Dec()
@@ -355,15 +357,18 @@ func (s *Server) requestContext(c *fiber.Ctx) error {
 	if status >= 500 {
 		lvl = slog.LevelError
 	}
-	if route != "/metrics" && route != "/stats" && route != "/healthz" && route != "/readyz" {
-		attrs := []any{"method", c.Method(), "path", c.Path(), "status", status, "duration_ms", float64(time.Since(start).Microseconds()) / 1000}
+	if route != "/metrics" && route != "/stats" && route != "/healthz" && route != "/readyz" && s.log.Enabled(context.Background(), lvl) {
+		// The line logger(c) would write, without cloning a logger per request.
+		attrs := make([]slog.Attr, 0, 7)
+		attrs = append(attrs, slog.String("request_id", id), slog.String("method", c.Method()), slog.String("path", c.Path()),
+			slog.Int("status", status), slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000))
 		if t, ok := c.Locals(localTenant).(string); ok {
-			attrs = append(attrs, "tenant", t)
+			attrs = append(attrs, slog.String("tenant", t))
 		}
 		if m, ok := c.Locals(localModel).(string); ok {
-			attrs = append(attrs, "model", m)
+			attrs = append(attrs, slog.String("model", m))
 		}
-		log.Log(c.UserContext(), lvl, "request", attrs...)
+		s.log.LogAttrs(context.Background(), lvl, "request", attrs...)
 	}
 	return nil
 }
@@ -409,8 +414,14 @@ func (s *Server) errorHandler(c *fiber.Ctx, err error) error {
 	return c.Status(ae.Status).Send(body)
 }
 
+// logger is the request's logger, with its request_id (built on first use).
 func (s *Server) logger(c *fiber.Ctx) *slog.Logger {
 	if l, ok := c.Locals(localLogger).(*slog.Logger); ok {
+		return l
+	}
+	if id, ok := c.Locals(localRequestID).(string); ok {
+		l := s.log.With("request_id", id)
+		c.Locals(localLogger, l)
 		return l
 	}
 	return s.log

@@ -237,7 +237,7 @@ func (st *localStream) end(cause error) (*Usage, string) {
 		}
 		st.sw.event(ae)
 		st.sw.done()
-		st.rs.log.Warn("stream ended with error", "err", st.err)
+		st.rs.logger().Warn("stream ended with error", "err", st.err)
 		return usageOf(j, st.results), outcome
 	}
 	usage := usageOf(j, st.results)
@@ -264,52 +264,9 @@ func (st *localStream) end(cause error) (*Usage, string) {
 func (s *Server) replaySSE(c *fiber.Ctx, rs *runState, stored []byte, hit bool) error {
 	body, usage := rewriteCached(stored, rs.id, rs.created, hit)
 	j := rs.j
-	var chunks []any
-	null := json.RawMessage(nil)
-	if j.includeUsage {
-		null = nullJSON
-	}
-	if j.ep == endpointChat {
-		var resp ChatCompletion
-		if err := json.Unmarshal(body, &resp); err != nil {
-			return errInternal("cached response is corrupt")
-		}
-		mk := func(ch ChatChunkChoice) ChatCompletionChunk {
-			return ChatCompletionChunk{ID: rs.id, Object: "chat.completion.chunk", Created: rs.created, Model: resp.Model,
-				SystemFingerprint: systemFingerprint, Choices: []ChatChunkChoice{ch}, Usage: null}
-		}
-		for _, ch := range resp.Choices {
-			empty := ""
-			content := ch.Message.Content
-			fr := ch.FinishReason
-			chunks = append(chunks, mk(ChatChunkChoice{Index: ch.Index, Delta: ChatDelta{Role: "assistant", Content: &empty}}),
-				mk(ChatChunkChoice{Index: ch.Index, Delta: ChatDelta{Content: &content}, Logprobs: ch.Logprobs}),
-				mk(ChatChunkChoice{Index: ch.Index, FinishReason: &fr}))
-		}
-		if j.includeUsage && usage != nil {
-			ub, _ := json.Marshal(usage)
-			chunks = append(chunks, ChatCompletionChunk{ID: rs.id, Object: "chat.completion.chunk", Created: rs.created, Model: resp.Model,
-				SystemFingerprint: systemFingerprint, Choices: []ChatChunkChoice{}, Usage: ub})
-		}
-	} else {
-		var resp Completion
-		if err := json.Unmarshal(body, &resp); err != nil {
-			return errInternal("cached response is corrupt")
-		}
-		mk := func(ch CompletionChoice) Completion {
-			return Completion{ID: rs.id, Object: "text_completion", Created: rs.created, Model: resp.Model,
-				SystemFingerprint: systemFingerprint, Choices: []CompletionChoice{ch}, Usage: null}
-		}
-		for _, ch := range resp.Choices {
-			fr := ch.FinishReason
-			chunks = append(chunks, mk(CompletionChoice{Text: ch.Text, Index: ch.Index, Logprobs: ch.Logprobs}),
-				mk(CompletionChoice{Index: ch.Index, FinishReason: fr}))
-		}
-		if j.includeUsage && usage != nil {
-			ub, _ := json.Marshal(usage)
-			chunks = append(chunks, Completion{ID: rs.id, Object: "text_completion", Created: rs.created, Model: resp.Model,
-				SystemFingerprint: systemFingerprint, Choices: []CompletionChoice{}, Usage: ub})
-		}
+	chunks, err := sseChunks(body, usage, rs.id, rs.created, j.includeUsage, j.ep == endpointChat)
+	if err != nil {
+		return err
 	}
 	outcome := "cache_hit"
 	if !hit {
@@ -325,6 +282,60 @@ func (s *Server) replaySSE(c *fiber.Ctx, rs *runState, stored []byte, hit bool) 
 		sw.done()
 	})
 	return nil
+}
+
+// sseChunks turns a (rewritten) stored response into the chunks of its
+// stream replay: per choice a role chunk, a content chunk and a finish
+// chunk, then the usage chunk when asked for.
+func sseChunks(body []byte, usage *Usage, id string, created int64, includeUsage, chat bool) ([]any, error) {
+	var chunks []any
+	null := json.RawMessage(nil)
+	if includeUsage {
+		null = nullJSON
+	}
+	if chat {
+		var resp ChatCompletion
+		if err := json.Unmarshal(body, &resp); err != nil {
+			return nil, errInternal("cached response is corrupt")
+		}
+		mk := func(ch ChatChunkChoice) ChatCompletionChunk {
+			return ChatCompletionChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: resp.Model,
+				SystemFingerprint: systemFingerprint, Choices: []ChatChunkChoice{ch}, Usage: null}
+		}
+		for _, ch := range resp.Choices {
+			empty := ""
+			content := ch.Message.Content
+			fr := ch.FinishReason
+			chunks = append(chunks, mk(ChatChunkChoice{Index: ch.Index, Delta: ChatDelta{Role: "assistant", Content: &empty}}),
+				mk(ChatChunkChoice{Index: ch.Index, Delta: ChatDelta{Content: &content}, Logprobs: ch.Logprobs}),
+				mk(ChatChunkChoice{Index: ch.Index, FinishReason: &fr}))
+		}
+		if includeUsage && usage != nil {
+			ub, _ := json.Marshal(usage)
+			chunks = append(chunks, ChatCompletionChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: resp.Model,
+				SystemFingerprint: systemFingerprint, Choices: []ChatChunkChoice{}, Usage: ub})
+		}
+		return chunks, nil
+	}
+	var resp Completion
+	if err := json.Unmarshal(body, &resp); err != nil {
+		return nil, errInternal("cached response is corrupt")
+	}
+	mk := func(ch CompletionChoice) Completion {
+		return Completion{ID: id, Object: "text_completion", Created: created, Model: resp.Model,
+			SystemFingerprint: systemFingerprint, Choices: []CompletionChoice{ch}, Usage: null}
+	}
+	for _, ch := range resp.Choices {
+		fr := ch.FinishReason
+		chunks = append(chunks, mk(CompletionChoice{Text: ch.Text, Index: ch.Index, Logprobs: ch.Logprobs}),
+			mk(CompletionChoice{Index: ch.Index, FinishReason: fr}))
+	}
+	if includeUsage && usage != nil {
+		ub, _ := json.Marshal(usage)
+		chunks = append(chunks, Completion{ID: id, Object: "text_completion", Created: created, Model: resp.Model,
+			SystemFingerprint: systemFingerprint, Choices: []CompletionChoice{}, Usage: ub})
+	}
+	return chunks, nil
 }
 
 // copyStream copies an upstream SSE body to the client, flushing after

@@ -219,6 +219,16 @@ func (s *Server) proxyChat(c *fiber.Ctx, ur *upstreamRoute, body []byte, head mo
 	case err != nil:
 		return s.upstreamError(c, ur, err)
 	}
+	if v := viewOf(l); l.Hit && v != nil {
+		id := v.storedID
+		if id == "" {
+			id = newCompletionID(endpointChat)
+		}
+		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+		c.Status(http.StatusOK)
+		v.body.write(c, id, time.Now().Unix())
+		return nil
+	}
 	if l.Hit {
 		var id string
 		var m map[string]json.RawMessage
@@ -268,7 +278,7 @@ func (s *Server) forwardBuffered(c *fiber.Ctx, ur *upstreamRoute, path string, b
 	}
 	ctx, cancel := context.WithTimeout(s.baseCtx, ur.up.cfg.Timeout)
 	defer cancel()
-	watch := watchConn(c.Context().Conn(), func() { cancel() })
+	watch := watchConnLazily(c.Context().Conn(), func() { cancel() })
 	defer watch.stop()
 	resp, err := ur.up.do(ctx, http.MethodPost, path, out, forwardHeaders(c), s.met)
 	if err != nil {
