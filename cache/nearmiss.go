@@ -1,0 +1,98 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// NearMiss is a stored answer that did not qualify as a hit for a request
+// but is close: its similarity is within the near-miss band (below the
+// threshold), or it was above the threshold and refused by the guard. Its
+// answer can still serve as a draft for speculative decoding, where the
+// model verifies every token, so "close enough" carries no risk.
+type NearMiss struct {
+	Namespace  string
+	ID         string
+	Key        string  // the stored entry's normalized key text
+	Similarity float32 // cosine similarity to the request's key
+	// Reason: "threshold" (below the hit threshold) or the guard's reason.
+	Reason   string
+	Response []byte // the stored response bytes (a copy owned by the caller)
+}
+
+// ErrNearMissBand reports a band outside (0, 1].
+var ErrNearMissBand = errors.New("cache: near-miss band must be in (0, 1]")
+
+// NearMiss returns the best stored answer for req with similarity >= band
+// that is not a hit: from req's own namespace and, in the same order of
+// preference by similarity, from the namespaces req would have under each
+// of the other model names in models (answers another model gave, e.g. an
+// upstream's, under the same tenant, system prompt and parameters: a draft
+// for a local model). The tenant is never changed. ok is false when there
+// is none (also for requests the cache bypasses, or without a semantic
+// tier). The lookup embeds the key once and searches each namespace; it
+// records no hit and changes no statistics.
+//
+// It is separate from Get so that Get stays the hot path of hits; callers
+// ask for a near miss only when they are about to generate.
+func (c *Cache) NearMiss(ctx context.Context, req *Request, band float32, models []string) (nm NearMiss, ok bool, err error) {
+	if !(band > 0 && band <= 1) {
+		return nm, false, fmt.Errorf("%w: %v", ErrNearMissBand, band)
+	}
+	p := c.prepare(req)
+	if p.bypass != "" || c.cfg.DisableSemantic {
+		return nm, false, nil
+	}
+	vs, err := c.emb.Embed(ctx, []string{p.norm})
+	if err != nil || len(vs) != 1 {
+		return nm, false, fmt.Errorf("cache: near miss: embed %s: %w", c.emb.Name(), errOr(err, len(vs)))
+	}
+	v := vs[0]
+	nss := []string{p.ns}
+	seen := map[string]bool{p.ns: true}
+	for _, m := range models {
+		r := *req
+		r.Model = m
+		ns := Namespace(&r)
+		if !seen[ns] {
+			seen[ns] = true
+			nss = append(nss, ns)
+		}
+	}
+	for _, ns := range nss {
+		ms, err := c.index.Search(ctx, ns, v, c.cfg.TopK)
+		if err != nil {
+			return nm, false, fmt.Errorf("cache: near miss: vector search: %w", err)
+		}
+		for _, m := range ms {
+			if m.Score < band || (ok && m.Score <= nm.Similarity) {
+				break
+			}
+			e, err := c.store.Get(ctx, ns, m.ID)
+			if errors.Is(err, ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return nm, false, fmt.Errorf("cache: near miss: fetch: %w", err)
+			}
+			reason := "threshold"
+			if ns == p.ns && m.Score >= p.cfg.Threshold {
+				// a hit unless the guard refuses it (Get decided so already
+				// when the caller saw a miss; check again: entries change).
+				if c.cfg.DisableGuard {
+					continue
+				}
+				if reason = Guard(p.norm, e.Key); reason == "" {
+					continue
+				}
+			} else if ns != p.ns {
+				reason = "model"
+			}
+			nm = NearMiss{Namespace: ns, ID: e.ID, Key: e.Key, Similarity: m.Score, Reason: reason, Response: e.Response}
+			ok = true
+			break
+		}
+	}
+	return nm, ok, nil
+}

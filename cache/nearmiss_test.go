@@ -1,0 +1,79 @@
+package cache_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/specgate/specgate/cache"
+)
+
+// TestNearMiss: below the threshold but within the band, refused by the
+// guard, from another model's namespace (same tenant), never from another
+// tenant; nothing outside the band; no hit or statistic recorded.
+func TestNearMiss(t *testing.T) {
+	f := newFixture(t, cache.DefaultConfig())
+	ctx := context.Background()
+	if err := f.c.Put(ctx, user("t", "How do I reverse a list in Python?"), []byte("A1"), 5); err != nil {
+		t.Fatal(err)
+	}
+	// a paraphrase further away than the 0.55 threshold: a miss, but a near miss at band 0.3.
+	q := user("t", "Python: reversing sequences, lists and strings, explained with examples for beginners")
+	l, err := f.c.Get(ctx, q)
+	if err != nil || l.Hit {
+		t.Fatalf("want a miss: %+v %v", l, err)
+	}
+	nm, ok, err := f.c.NearMiss(ctx, q, 0.3, nil)
+	if err != nil || !ok || string(nm.Response) != "A1" || nm.Reason != "threshold" || nm.Similarity >= 0.55 || nm.Similarity < 0.3 {
+		t.Fatalf("near miss below threshold: %+v ok=%v err=%v (similarity of the miss %.3f)", nm, ok, err, l.Similarity)
+	}
+	// outside a tighter band: none.
+	if _, ok, _ := f.c.NearMiss(ctx, q, nm.Similarity+0.01, nil); ok {
+		t.Fatal("near miss above the band's bound returned")
+	}
+	// the guard refuses a negated question as a hit; it is a near miss.
+	neg := user("t", "How do I not reverse a list in Python?")
+	if l, _ := f.c.Get(ctx, neg); l.Hit {
+		t.Fatalf("negation served: %+v", l)
+	}
+	nm, ok, _ = f.c.NearMiss(ctx, neg, 0.35, nil)
+	if !ok || nm.Reason != cache.GuardNegation || nm.Similarity < 0.55 {
+		t.Fatalf("guard-refused near miss: %+v %v", nm, ok)
+	}
+	// a hit is not a near miss.
+	if _, ok, _ := f.c.NearMiss(ctx, user("t", "How do I reverse a list in Python?"), 0.35, nil); ok {
+		t.Fatal("an exact hit reported as a near miss")
+	}
+	// another tenant: nothing, even with the model list.
+	if _, ok, _ := f.c.NearMiss(ctx, user("u", "Python: reversing sequences, lists and strings, explained with examples for beginners"), 0.1, []string{"llama", "gpt"}); ok {
+		t.Fatal("near miss across tenants")
+	}
+	// another model's answer (an upstream's) serves a local model's request when listed.
+	up := &cache.Request{Tenant: "t", Model: "gpt-4o-mini", Messages: []cache.Message{{Role: "user", Content: "What is a monad in Haskell?"}}}
+	if err := f.c.Put(ctx, up, []byte("UP"), 9); err != nil {
+		t.Fatal(err)
+	}
+	loc := user("t", "What is a monad in Haskell?")
+	if l, _ := f.c.Get(ctx, loc); l.Hit {
+		t.Fatal("another model's entry served as a hit")
+	}
+	if _, ok, _ := f.c.NearMiss(ctx, loc, 0.35, nil); ok {
+		t.Fatal("another model's entry without listing the model")
+	}
+	nm, ok, _ = f.c.NearMiss(ctx, loc, 0.35, []string{"gpt-4o-mini"})
+	if !ok || string(nm.Response) != "UP" || nm.Reason != "model" || nm.Similarity < 0.99 {
+		t.Fatalf("upstream answer as a near miss: %+v %v", nm, ok)
+	}
+	// bypassed requests and bad bands.
+	if _, ok, _ := f.c.NearMiss(ctx, &cache.Request{Tenant: "t", Model: "llama"}, 0.35, nil); ok {
+		t.Fatal("empty key")
+	}
+	for _, b := range []float32{0, -0.1, 1.5} {
+		if _, _, err := f.c.NearMiss(ctx, q, b, nil); !errors.Is(err, cache.ErrNearMissBand) {
+			t.Fatalf("band %v: %v", b, err)
+		}
+	}
+	if got := f.metric(t, "specgate_cache_lookups_total", map[string]string{"result": "hit"}); got != 0 {
+		t.Fatalf("NearMiss recorded %v hits", got)
+	}
+}
