@@ -283,9 +283,12 @@ const (
 func (s *Server) routes() {
 	app := s.app
 	app.Use(s.requestContext)
-	app.Get("/healthz", func(c *fiber.Ctx) error {
+	health := func(c *fiber.Ctx) error {
 		return c.JSON(fiber.Map{"status": "ok", "uptime_s": int64(time.Since(s.started).Seconds())})
-	})
+	}
+	app.Get("/healthz", health)
+	app.Get("/health", health) // what vLLM and LiteLLM answer
+	app.Get("/version", s.handleVersion)
 	app.Get("/readyz", func(c *fiber.Ctx) error {
 		if !s.ready.Load() {
 			return errUnavailable("shutting down", 0)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,29 +30,7 @@ import (
 )
 
 func init() {
-	register("serve", "run the OpenAI-compatible gateway (--config FILE --addr HOST:PORT); the default command", runServe)
-}
-
-// loadServeConfig reads --config (or the default config) and applies the
-// environment and --addr.
-func loadServeConfig(path, addr string) (*gateway.Config, error) {
-	var cfg *gateway.Config
-	var err error
-	if path == "" {
-		cfg = gateway.DefaultConfig()
-	} else if cfg, err = gateway.LoadConfig(path); err != nil {
-		return nil, err
-	}
-	if err := cfg.ApplyEnv(os.Getenv); err != nil {
-		return nil, err
-	}
-	if addr != "" {
-		cfg.Server.Addr = addr
-		if err := cfg.Validate(); err != nil {
-			return nil, err
-		}
-	}
-	return cfg, nil
+	register("serve", "run the OpenAI-compatible gateway: serve [MODEL_DIR] [--draft DIR] [--addr HOST:PORT] [--config FILE]; the default command", runServe)
 }
 
 func newLogger(cfg *gateway.Config, w io.Writer) *slog.Logger {
@@ -67,20 +44,26 @@ func newLogger(cfg *gateway.Config, w io.Writer) *slog.Logger {
 }
 
 func runServe(args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	cfgPath := fs.String("config", "", "YAML config file (default: the shipped model on CPU, SQLite cache in ./data)")
-	addr := fs.String("addr", "", "listen address HOST:PORT (overrides config and SPECGATE_ADDR)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	cfg, err := loadServeConfig(*cfgPath, *addr)
+	f, err := parseServeFlags(args)
 	if err != nil {
 		return err
+	}
+	cfg, err := buildServeConfig(f, os.Getenv)
+	if err != nil {
+		return err
+	}
+	if errs := preflight(cfg, os.Getenv); len(errs) > 0 {
+		if f.config != "" {
+			errs = annotateKeyErrors(f.config, errs)
+		}
+		return joinErrors(f.config, errs)
 	}
 	log := newLogger(cfg, os.Stderr)
 	reg := prometheus.NewRegistry()
 
+	stopProgress := loadingProgress(os.Stderr, cfg)
 	models, closeModels, err := loadModels(cfg, log)
+	stopProgress(err)
 	if err != nil {
 		return err
 	}
@@ -105,6 +88,7 @@ func runServe(args []string) error {
 		return fmt.Errorf("serve: listen %s: %w", cfg.Server.Addr, err)
 	}
 	log.Info("specgate listening", "addr", ln.Addr().String(), "models", len(models), "upstreams", len(cfg.Upstreams), "cache", cfg.Cache.CacheEnabled())
+	announce(os.Stderr, ln, cfg)
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)

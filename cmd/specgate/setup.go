@@ -1,0 +1,351 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/gateway"
+)
+
+// serveFlags are serve's command line.
+type serveFlags struct {
+	config, addr, model, draft, medusa, backend string
+}
+
+const serveUsage = `usage: specgate serve [MODEL_DIR] [--model DIR] [--draft DIR | --medusa DIR]
+                      [--addr HOST:PORT] [--config FILE] [--backend cpu|cuda|auto]
+
+Runs the OpenAI-compatible gateway (API under /v1, dashboard at /, metrics at
+/metrics). Flags may come before or after MODEL_DIR.
+
+  specgate serve                          the shipped model (models/specgate-target,
+                                          found next to the binary or in the source tree)
+  specgate serve models/specgate-draft    serve that Hugging Face directory instead
+  specgate serve --config specgate.yaml   everything from a config file; relative
+                                          model paths are relative to the file
+  specgate serve --model M --draft D      speculative decoding with a draft model
+
+flags:
+`
+
+func parseServeFlags(args []string) (serveFlags, error) {
+	var f serveFlags
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), serveUsage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&f.config, "config", "", "YAML config file (default: the shipped model on CPU, SQLite cache in ./data)")
+	fs.StringVar(&f.addr, "addr", "", "listen address HOST:PORT (overrides the config and SPECGATE_ADDR)")
+	fs.StringVar(&f.model, "model", "", "serve this model directory (config.json, *.safetensors, tokenizer.json) instead of the config's models")
+	fs.StringVar(&f.draft, "draft", "", "draft model directory: speculative decoding for the served model")
+	fs.StringVar(&f.medusa, "medusa", "", "Medusa heads directory: speculative decoding for the served model")
+	fs.StringVar(&f.backend, "backend", "", "cpu, cuda or auto for --model (default auto: the GPU when there is one)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return f, err
+	}
+	switch {
+	case len(pos) > 1:
+		return f, usageError(fmt.Sprintf("serve: one MODEL_DIR at most, got %q", pos))
+	case len(pos) == 1 && f.model != "" && pos[0] != f.model:
+		return f, usageError(fmt.Sprintf("serve: MODEL_DIR %q and --model %q disagree", pos[0], f.model))
+	case len(pos) == 1:
+		f.model = pos[0]
+	}
+	if f.draft != "" && f.medusa != "" {
+		return f, usageError("serve: --draft and --medusa exclude each other")
+	}
+	if f.backend != "" && f.model == "" {
+		return f, usageError("serve: --backend applies to --model (set backend per model in the config)")
+	}
+	return f, nil
+}
+
+// buildServeConfig turns serve's flags into a validated config: the file
+// (or the default), relative model paths resolved against the file's
+// directory, the environment, then the flags.
+func buildServeConfig(f serveFlags, getenv func(string) string) (*gateway.Config, error) {
+	var cfg *gateway.Config
+	if f.config != "" {
+		c, err := gateway.LoadConfig(f.config)
+		if err != nil {
+			return nil, annotateConfigError(f.config, err)
+		}
+		resolveConfigPaths(c, filepath.Dir(f.config))
+		cfg = c
+	} else {
+		cfg = gateway.DefaultConfig()
+		if f.model == "" {
+			dir, looked := findShippedModel()
+			if dir == "" {
+				return nil, fmt.Errorf("no model to serve: the shipped %s is not in %s; pass a model directory (specgate serve DIR) or a config (--config FILE)",
+					gateway.DefaultModelPath, strings.Join(looked, ", "))
+			}
+			cfg.Models[0].Path = dir
+		}
+	}
+	if err := cfg.ApplyEnv(getenv); err != nil {
+		return nil, err
+	}
+	if f.model != "" {
+		abs, err := filepath.Abs(f.model)
+		if err != nil {
+			return nil, err
+		}
+		backend := f.backend
+		if backend == "" {
+			backend = "auto"
+		}
+		cfg.Models = []gateway.ModelConfig{{Name: filepath.Base(abs), Path: abs, Backend: backend}}
+	}
+	if f.draft != "" || f.medusa != "" {
+		if len(cfg.Models) != 1 {
+			return nil, usageError(fmt.Sprintf("serve: --draft/--medusa need exactly one served model, the config has %d (set draft per model in the config)", len(cfg.Models)))
+		}
+		m := &cfg.Models[0]
+		m.Draft, m.Speculative.Method = f.draft, "draft"
+		if f.medusa != "" {
+			m.Draft, m.Speculative.Method = f.medusa, "medusa"
+		}
+		if abs, err := filepath.Abs(m.Draft); err == nil {
+			m.Draft = abs
+		}
+	}
+	if f.addr != "" {
+		cfg.Server.Addr = f.addr
+	}
+	if err := cfg.Complete(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// resolveConfigPaths makes the model, draft and BERT paths of a config
+// file relative to the file's directory (dir), as a user reading the file
+// expects; data_dir and cache paths stay relative to the working directory.
+func resolveConfigPaths(cfg *gateway.Config, dir string) {
+	abs := func(p string) string {
+		if p == "" || filepath.IsAbs(p) {
+			return p
+		}
+		if a, err := filepath.Abs(filepath.Join(dir, p)); err == nil {
+			return a
+		}
+		return filepath.Join(dir, p)
+	}
+	for i := range cfg.Models {
+		cfg.Models[i].Path = abs(cfg.Models[i].Path)
+		cfg.Models[i].Draft = abs(cfg.Models[i].Draft)
+	}
+	cfg.Cache.Bert.Path = abs(cfg.Cache.Bert.Path)
+}
+
+// findShippedModel looks for the shipped target model (DefaultModelPath)
+// in the working directory, next to the binary, and in the source tree the
+// binary was built from (what `go run ./cmd/specgate` from anywhere needs).
+// It returns the directory found ("" if none) and the places it looked.
+func findShippedModel() (string, []string) {
+	var roots []string
+	if wd, err := os.Getwd(); err == nil {
+		roots = append(roots, wd)
+		if r := moduleRoot(wd); r != "" {
+			roots = append(roots, r)
+		}
+	}
+	if exe, err := os.Executable(); err == nil {
+		if real, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = real
+		}
+		roots = append(roots, filepath.Dir(exe), filepath.Join(filepath.Dir(exe), "..", "share", "specgate"))
+	}
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		// this file is <module root>/cmd/specgate/setup.go (absent with -trimpath)
+		roots = append(roots, filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..")))
+	}
+	var looked []string
+	seen := map[string]bool{}
+	for _, r := range roots {
+		dir := filepath.Join(r, gateway.DefaultModelPath)
+		if seen[dir] {
+			continue
+		}
+		seen[dir] = true
+		looked = append(looked, dir)
+		if _, err := os.Stat(filepath.Join(dir, "config.json")); err == nil {
+			return dir, looked
+		}
+	}
+	return "", looked
+}
+
+// moduleRoot returns the nearest ancestor of dir whose go.mod declares the
+// specgate module, or "".
+func moduleRoot(dir string) string {
+	for d := dir; ; d = filepath.Dir(d) {
+		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && bytes.HasPrefix(bytes.TrimSpace(b), []byte("module github.com/specgate/specgate")) {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			return ""
+		}
+	}
+}
+
+// preflight checks what serve needs before it loads anything and returns
+// every problem found (not just the first), each naming its config key:
+// model and draft directories with a readable config.json, tokenizer.json
+// and weights; key_env variables set; the BERT directory; the data
+// directory creatable. serve refuses the config when this returns errors.
+func preflight(cfg *gateway.Config, getenv func(string) string) []error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	modelDir := func(key, dir string) {
+		st, err := os.Stat(dir)
+		if err != nil {
+			add("%s: %s: %v", key, dir, errors.Unwrap(err))
+			return
+		}
+		if !st.IsDir() {
+			add("%s: %s: not a directory", key, dir)
+			return
+		}
+		if _, err := engine.LoadConfig(dir); err != nil {
+			add("%s: %s: %v", key, dir, err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
+			add("%s: %s: no tokenizer.json", key, dir)
+		}
+		w1, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+		if len(w1) == 0 {
+			add("%s: %s: no *.safetensors weights", key, dir)
+		}
+	}
+	for i, m := range cfg.Models {
+		modelDir(fmt.Sprintf("models[%d].path", i), m.Path)
+		switch m.Speculative.Method {
+		case "draft":
+			modelDir(fmt.Sprintf("models[%d].draft", i), m.Draft)
+		case "medusa":
+			if st, err := os.Stat(m.Draft); err != nil || !st.IsDir() {
+				add("models[%d].draft: %s: Medusa heads directory not found", i, m.Draft)
+			}
+		}
+	}
+	for i, k := range cfg.Auth.Keys {
+		if k.KeyEnv != "" && getenv(k.KeyEnv) == "" {
+			add("auth.keys[%d].key_env: environment variable %s is not set", i, k.KeyEnv)
+		}
+	}
+	if cfg.Cache.CacheEnabled() && cfg.Cache.Embedder == "bert" {
+		if st, err := os.Stat(cfg.Cache.Bert.Path); err != nil || !st.IsDir() {
+			add("cache.bert.path: %s: directory not found", cfg.Cache.Bert.Path)
+		}
+	}
+	if cfg.Cache.CacheEnabled() && cfg.Cache.Store == "sqlite" && cfg.Cache.SQLite.Path == "" {
+		if err := creatableDir(cfg.Server.DataDir); err != nil {
+			add("server.data_dir: %s: %v", cfg.Server.DataDir, err)
+		}
+	}
+	if _, port, err := net.SplitHostPort(cfg.Server.Addr); err == nil && port == "" {
+		add("server.addr: %q has no port", cfg.Server.Addr)
+	}
+	return errs
+}
+
+// creatableDir reports whether dir exists as a directory or could be made
+// (its nearest existing ancestor is a directory).
+func creatableDir(dir string) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err == nil {
+			if !st.IsDir() {
+				return fmt.Errorf("%s is not a directory", d)
+			}
+			return nil
+		}
+		if filepath.Dir(d) == d {
+			return err
+		}
+	}
+}
+
+// joinErrors formats preflight errors one per line under a heading.
+func joinErrors(file string, errs []error) error {
+	var b strings.Builder
+	if file != "" {
+		fmt.Fprintf(&b, "%s: ", file)
+	}
+	fmt.Fprintf(&b, "%d problem(s):", len(errs))
+	for _, e := range errs {
+		fmt.Fprintf(&b, "\n  %v", e)
+	}
+	return errors.New(b.String())
+}
+
+// announce prints where the server listens, for a person at a terminal.
+func announce(w io.Writer, ln net.Listener, cfg *gateway.Config) {
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1" // listening on every interface; loopback is one of them
+	}
+	base := "http://" + net.JoinHostPort(host, port)
+	names := make([]string, 0, len(cfg.Models)+len(cfg.Upstreams))
+	for _, m := range cfg.Models {
+		names = append(names, m.Name)
+	}
+	for _, u := range cfg.Upstreams {
+		names = append(names, u.Models...)
+	}
+	fmt.Fprintf(w, "%s\n  OpenAI API  %s/v1   (models: %s)\n  dashboard   %s/\n  metrics     %s/metrics\n",
+		gateway.BuildVersion().String(), base, strings.Join(names, ", "), base, base)
+}
+
+// loadingProgress prints what is being loaded and, every 5 seconds until
+// the returned func is called, that loading goes on; the func prints the
+// outcome.
+func loadingProgress(w io.Writer, cfg *gateway.Config) func(error) {
+	if len(cfg.Models) == 0 {
+		return func(error) {}
+	}
+	start := time.Now()
+	for _, m := range cfg.Models {
+		extra := ""
+		if m.Speculative.Method != "none" {
+			extra = fmt.Sprintf(", %s %s", m.Speculative.Method, m.Draft)
+		}
+		fmt.Fprintf(w, "loading %s from %s (backend %s%s) ...\n", m.Name, m.Path, m.Backend, extra)
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				fmt.Fprintf(w, "  still loading (%s)\n", time.Since(start).Round(time.Second))
+			}
+		}
+	}()
+	return func(err error) {
+		close(done)
+		<-finished
+		if err == nil {
+			fmt.Fprintf(w, "loaded %d model(s) in %s\n", len(cfg.Models), time.Since(start).Round(time.Millisecond))
+		}
+	}
+}
