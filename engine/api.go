@@ -105,9 +105,7 @@ type GenerateRequest struct {
 	// PrefixSalt separates prefix-cache entries (per tenant), against the
 	// timing side channel. Empty = shared.
 	PrefixSalt string
-	// Speculator overrides the engine's Options.Speculator for this request
-	// (nil = the engine's). NoSpeculation forces plain decoding.
-	Speculator    Speculator
+	// NoSpeculation forces plain decoding.
 	NoSpeculation bool
 	// Proposers draft for this request (nil = the engine's
 	// Options.Proposers); the engine merges their trees and splits the

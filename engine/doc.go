@@ -32,11 +32,15 @@
 //     callers' goroutines detokenize, apply stop sequences and emit. Requests
 //     join and leave between steps; cancellation and emit errors stop a
 //     request before its next token and free its KV before Generate returns.
-//     Under KV pressure prompts wait and decoding requests are preempted
-//     (recomputed later).
-//   - Speculator (spec.go): the hook package speculative implements; the
-//     engine calls it per step for speculative requests (BatchSpeculator to
-//     advance several at once).
+//     Admission is by KV demand; under pressure the newest running request
+//     is preempted (recomputed later), so the oldest always progress.
+//   - Proposer (proposer.go): draft sources (package speculative's draft
+//     model, suffix and known-text proposers; package medusa) propose token
+//     trees once per step for all their requests; the engine puts every
+//     tree into the step's one batched forward, verifies it (verify.go:
+//     greedy argmax walk, lossless recursive rejection sampling) and splits
+//     a per-step draft budget by expected acceptance and measured step cost
+//     (specsched.go).
 //
 // Tensors are float32; logits are row-major [rows][VocabSize]. Ranges are
 // half-open. Slices returned by Forward, Probs, LogSoftmax are owned by the

@@ -28,9 +28,20 @@ type Options struct {
 	// PrefillChunk is the most prompt tokens of one request per step, so
 	// that a long prompt does not stall running decodes; 0 = 512.
 	PrefillChunk int
-	// Speculator, when set, decodes every request (after its first token)
-	// through speculation instead of plain batched decoding.
-	Speculator Speculator
+	// Proposers draft token trees for every request that does not set its
+	// own (GenerateRequest.Proposers) or NoSpeculation; nil = plain decoding.
+	Proposers []Proposer
+	// SpecBudget caps the draft nodes verified per step over all requests
+	// (0 = 64); MaxDraft caps them per request (0 = 16). Within the caps the
+	// engine spends only what pays: it adds a request's next draft node
+	// while the expected tokens per second of the step grow (expected
+	// acceptance from each request's and source's history, step time from
+	// measured forwards and proposer calls).
+	SpecBudget, MaxDraft int
+	// FixedDraft gives every speculative request MaxDraft nodes per step
+	// (within SpecBudget and its depth limit) whatever they cost: the fixed
+	// modes of `specgate bench spec`; the default is the adaptive budget.
+	FixedDraft bool
 	// AckWait is how long a step waits for requests still handing their last
 	// token to their caller, so that they join the batch; 0 = 2ms.
 	AckWait time.Duration
@@ -58,12 +69,25 @@ type Engine struct {
 	once   sync.Once
 
 	// counters for Stats (written by the scheduler)
-	active, steps, generated, preempted atomic.Int64
+	active, waiting, steps, generated, preempted                atomic.Int64
+	forwards, specSteps, specProposed, specAccepted, specBudget atomic.Int64
+	proposeErrors                                               atomic.Int64
+	acceptedAt                                                  [statDepths]atomic.Int64
+
+	// scheduler-owned
+	nextID   RequestID
+	admitNo  uint64
+	cost     stepCost
+	propCost map[Proposer]*ewma // seconds of one Propose call per depth level
 }
+
+// statDepths is the number of depths Stats.AcceptedAt reports.
+const statDepths = 16
 
 // Stats is a snapshot of an engine's load and caches, for metrics.
 type Stats struct {
-	Active          int    // requests admitted and not finished
+	Active          int    // requests submitted and not finished (running + waiting)
+	Waiting         int    // of which waiting for KV memory (not admitted, or preempted)
 	Steps           int64  // scheduler steps run
 	TokensGenerated int64  // completion tokens sampled
 	Preemptions     int64  // decoding requests whose KV was given back under pressure
@@ -72,15 +96,31 @@ type Stats struct {
 	PrefixBlocks    int    // blocks held by the prefix cache
 	PrefixLookups   uint64 // full prompt blocks looked up in the prefix cache
 	PrefixHits      uint64 // of which found
+	// Speculation: backend forwards of the target (one per step that
+	// forwards anything), steps that verified draft trees, draft nodes
+	// proposed (verified) and accepted, the verification budget spent
+	// (nodes), and accepted nodes per depth (AcceptedAt[d-1]: depth d).
+	Forwards, SpecSteps, SpecProposed, SpecAccepted, SpecBudgetUsed int64
+	AcceptedAt                                                      [statDepths]int64
+	// ProposeErrors counts requests whose proposer failed or returned an
+	// invalid tree in a step (the request then decoded plainly).
+	ProposeErrors int64
 }
 
 // Stats returns current counters. Safe for concurrent use.
 func (e *Engine) Stats() Stats {
 	kv := e.m.kv
 	lookups, hits := kv.PrefixCacheStats()
-	return Stats{Active: int(e.active.Load()), Steps: e.steps.Load(), TokensGenerated: e.generated.Load(),
+	st := Stats{Active: int(e.active.Load()), Waiting: int(e.waiting.Load()), Steps: e.steps.Load(), TokensGenerated: e.generated.Load(),
 		Preemptions: e.preempted.Load(), KVBlocksUsed: kv.UsedBlocks(), KVBlocksTotal: kv.NumBlocks(),
-		PrefixBlocks: kv.CachedBlocks(), PrefixLookups: lookups, PrefixHits: hits}
+		PrefixBlocks: kv.CachedBlocks(), PrefixLookups: lookups, PrefixHits: hits,
+		Forwards: e.forwards.Load(), SpecSteps: e.specSteps.Load(), SpecProposed: e.specProposed.Load(),
+		SpecAccepted: e.specAccepted.Load(), SpecBudgetUsed: e.specBudget.Load(),
+		ProposeErrors: e.proposeErrors.Load()}
+	for i := range st.AcceptedAt {
+		st.AcceptedAt[i] = e.acceptedAt[i].Load()
+	}
+	return st
 }
 
 var _ Generator = (*Engine)(nil)
@@ -97,7 +137,14 @@ func New(m *Model, opts Options) *Engine {
 		opts.AckWait = 2 * time.Millisecond
 	}
 	opts.DecodeSteps = min(opts.DecodeSteps, MaxDecodeSteps)
-	e := &Engine{m: m, opts: opts, events: make(chan event, 64), quit: make(chan struct{}), done: make(chan struct{})}
+	if opts.SpecBudget <= 0 {
+		opts.SpecBudget = 64
+	}
+	if opts.MaxDraft <= 0 {
+		opts.MaxDraft = 16
+	}
+	e := &Engine{m: m, opts: opts, events: make(chan event, 64), quit: make(chan struct{}), done: make(chan struct{}),
+		propCost: map[Proposer]*ewma{}}
 	go e.loop()
 	return e
 }
@@ -143,16 +190,17 @@ type request struct {
 	released chan struct{} // closed once the KV is freed
 
 	// scheduler-owned
-	seq       *Sequence
-	prefilled int // prompt tokens in KV
+	id        RequestID
+	seq       *Sequence // nil while waiting for admission
+	admitted  uint64    // admission order (preemption takes the newest)
+	prefilled int       // prompt tokens in KV
 	cached    int
 	generated []int32
-	spec      Speculator
-	state     *SpecState
 	stats     SpecStats
 	sampler   SamplingParams
 	rng       *rand.Rand
-	awaiting  bool // waiting for the caller's continue/stop
+	awaiting  bool       // waiting for the caller's continue/stop
+	spec      *specState // nil: plain decoding
 	// recompute: the KV was given back under memory pressure; recomputeCtx
 	// (prompt + generated but the pending token) is prefilled again.
 	recompute    bool
@@ -212,8 +260,8 @@ func (e *Engine) Generate(ctx context.Context, req GenerateRequest, emit func(Ch
 	}
 	res.PromptTokens = len(req.Prompt)
 	res.CachedTokens = r.cachedTokens()
-	if e.specEnabled(r) {
-		st := r.statsCopy()
+	if r.spec != nil {
+		st := r.stats
 		res.Spec = &st
 	}
 	return res, err
@@ -241,11 +289,7 @@ func validateSampling(p SamplingParams) error {
 }
 
 // results copied out under the scheduler's hand-off (read after released).
-func (r *request) cachedTokens() int    { return r.cached }
-func (r *request) statsCopy() SpecStats { return r.stats }
-func (e *Engine) specEnabled(r *request) bool {
-	return r.spec != nil
-}
+func (r *request) cachedTokens() int { return r.cached }
 
 // consume runs on the caller's goroutine: it turns tokens into text, checks
 // EOS, stop sequences and limits, and calls emit.
@@ -402,18 +446,48 @@ func holdBack(s string, stops []string) int {
 
 // ---- scheduler ----
 
+// The scheduler keeps two lists: waiting (submitted, or preempted, without
+// KV) and running (holding KV). Admission is by KV demand: the head of the
+// waiting list is admitted only when the blocks for its context plus one
+// token and a watermark are available, so a running request keeps room to
+// grow. When a step's tokens do not fit, the newest running request is
+// preempted (its KV freed, recomputed later) and goes back to the front of
+// the waiting list; the oldest requests therefore always progress, and
+// preemption cannot loop. A request whose context cannot fit even in an
+// empty pool fails with ErrKVExhausted.
+
 func (e *Engine) loop() {
 	defer close(e.done)
-	var active []*request // admitted, not finished
-	inflight := 0         // requests awaiting their caller's continue/stop
+	var running, waiting []*request
+	inflight := 0 // requests awaiting their caller's continue/stop
 	var stepNo uint64
+	remove := func(list []*request, r *request) []*request {
+		for i, a := range list {
+			if a == r {
+				return append(list[:i], list[i+1:]...)
+			}
+		}
+		return list
+	}
+	count := func() {
+		e.active.Store(int64(len(running) + len(waiting)))
+		e.waiting.Store(int64(len(waiting)))
+	}
 	handle := func(ev event) {
 		r := ev.r
 		switch ev.kind {
 		case evSubmit:
-			e.admit(r)
-			active = append(active, r)
-			e.active.Store(int64(len(active)))
+			e.nextID++
+			r.id = e.nextID
+			e.setup(r)
+			if err := e.fits(r); err != nil {
+				r.awaiting = true
+				inflight++
+				running = append(running, r) // released by its evStop
+				e.fail(r, err)
+				break
+			}
+			waiting = append(waiting, r)
 		case evContinue:
 			if r.awaiting {
 				r.awaiting = false
@@ -424,25 +498,23 @@ func (e *Engine) loop() {
 				r.awaiting = false
 				inflight--
 			}
-			for i, a := range active {
-				if a == r {
-					active = append(active[:i], active[i+1:]...)
-					break
-				}
-			}
-			e.active.Store(int64(len(active)))
+			running = remove(running, r)
+			waiting = remove(waiting, r)
 			e.release(r)
 		}
+		count()
 	}
 	defer func() {
-		for _, r := range active {
+		for _, r := range append(running, waiting...) {
 			if !r.finished {
 				e.release(r)
 			}
 		}
 	}()
 	for {
-		ready := e.readyList(active)
+		running, waiting = e.admitWaiting(running, waiting)
+		count()
+		ready := e.readyList(running)
 		if len(ready) == 0 {
 			select {
 			case ev := <-e.events:
@@ -479,7 +551,12 @@ func (e *Engine) loop() {
 			}
 		}
 		deadline.Stop()
-		ready = e.readyList(active)
+		running, waiting = e.admitWaiting(running, waiting)
+		count()
+		ready = e.readyList(running)
+		if len(ready) == 0 {
+			continue
+		}
 		if len(ready) > e.opts.MaxBatch {
 			// least recently served first, so that no request starves.
 			slices.SortStableFunc(ready, func(a, b *request) int { return cmp.Compare(a.lastStep, b.lastStep) })
@@ -490,8 +567,20 @@ func (e *Engine) loop() {
 		for _, r := range ready {
 			r.lastStep = stepNo
 		}
-		e.step(ready, len(active))
-		for _, r := range ready {
+		var preempted []*request
+		ready, preempted = e.makeRoom(ready, running)
+		for _, r := range preempted {
+			running = remove(running, r)
+			// back to the front of the waiting list, oldest first
+			at := 0
+			for at < len(waiting) && waiting[at].admitted != 0 && waiting[at].admitted < r.admitted {
+				at++
+			}
+			waiting = slices.Insert(waiting, at, r)
+		}
+		count()
+		served := e.step(ready, len(running))
+		for _, r := range served {
 			if !r.finished {
 				r.awaiting = true
 				inflight++
@@ -500,9 +589,9 @@ func (e *Engine) loop() {
 	}
 }
 
-func (e *Engine) readyList(active []*request) []*request {
+func (e *Engine) readyList(running []*request) []*request {
 	var out []*request
-	for _, r := range active {
+	for _, r := range running {
 		if !r.awaiting && !r.finished {
 			out = append(out, r)
 		}
@@ -510,29 +599,79 @@ func (e *Engine) readyList(active []*request) []*request {
 	return out
 }
 
-func (e *Engine) admit(r *request) {
-	r.seq, r.cached = e.m.NewCachedSequence(r.req.Prompt, r.req.PrefixSalt)
-	r.prefilled = r.cached
+// setup initialises a submitted request's sampling and speculation state.
+func (e *Engine) setup(r *request) {
 	r.sampler = r.req.Sampling
 	r.rng = NewRand(r.req.Sampling.Seed)
-	r.spec = e.opts.Speculator
-	if r.req.Speculator != nil {
-		r.spec = r.req.Speculator
+	props := e.opts.Proposers
+	if r.req.Proposers != nil {
+		props = r.req.Proposers
 	}
-	if r.req.NoSpeculation {
-		r.spec = nil
+	if r.req.NoSpeculation || len(props) == 0 {
+		return
+	}
+	r.spec = newSpecState(props, r.req.Typical)
+	r.stats.Exact = true
+}
+
+// fits reports an error when the request's context plus one token cannot
+// fit in the KV pool even when nothing else holds it.
+func (e *Engine) fits(r *request) error {
+	kv := e.m.kv
+	if need := kv.BlocksFor(len(r.context()) + 1); need > kv.NumBlocks() {
+		return fmt.Errorf("engine: the prompt needs %d KV blocks of %d tokens, the pool holds %d: %w",
+			need, kv.BlockSize(), kv.NumBlocks(), ErrKVExhausted)
+	}
+	return nil
+}
+
+// watermark is the number of KV blocks admission leaves free for running
+// requests to grow into.
+func (e *Engine) watermark() int { return max(1, e.m.kv.NumBlocks()/50) }
+
+// admitWaiting moves waiting requests, in order, to running while their KV
+// demand fits (always the first one when nothing runs).
+func (e *Engine) admitWaiting(running, waiting []*request) ([]*request, []*request) {
+	kv := e.m.kv
+	for len(waiting) > 0 {
+		r := waiting[0]
+		if r.awaiting || r.finished {
+			break // its caller still holds the last step's output
+		}
+		need := kv.BlocksFor(len(r.context()) + 1)
+		if len(running) > 0 && kv.AvailableBlocks() < need+e.watermark() {
+			break
+		}
+		e.admit(r)
+		running = append(running, r)
+		waiting = waiting[1:]
+	}
+	return running, waiting
+}
+
+// admit gives a request its sequence (reusing cached prefix blocks).
+func (e *Engine) admit(r *request) {
+	e.admitNo++
+	r.admitted = e.admitNo
+	ctxToks := r.context()
+	r.seq, r.prefilled = e.m.NewCachedSequence(ctxToks, r.req.PrefixSalt)
+	if !r.recompute {
+		r.cached = r.prefilled
 	}
 }
 
-// release frees a request's KV and speculator state (scheduler goroutine).
+// release frees a request's KV and proposer state (scheduler goroutine).
 func (e *Engine) release(r *request) {
 	if r.finished {
 		return
 	}
 	r.finished = true
-	if r.state != nil {
-		if rel, ok := r.spec.(SpecReleaser); ok {
-			rel.Release(r.state)
+	if r.spec != nil {
+		for _, p := range r.spec.props {
+			if fo, ok := p.(FinishObserver); ok && len(r.generated) > 0 {
+				fo.Finished(r.id, r.req.Tenant, r.req.Prompt, r.generated)
+			}
+			p.Release(r.id)
 		}
 	}
 	if r.seq != nil {
@@ -546,87 +685,93 @@ func (e *Engine) fail(r *request, err error) {
 	r.out <- stepOut{err: err}
 }
 
-// step runs one scheduler step over ready requests: one batched forward for
-// plain requests (prefill chunks and decodes), then one Speculator.Step per
-// speculative request. A prompt that finds the KV full while other requests
-// run waits for them; otherwise the request fails with ErrKVExhausted.
-func (e *Engine) step(ready []*request, active int) {
-	var items []BatchItem
-	var owners []*request
-	var specs []*request
-	for _, r := range ready {
-		if err := r.ctx.Err(); err != nil {
-			e.fail(r, err)
-			continue
-		}
-		if ctxToks := r.context(); r.prefilled < len(ctxToks) {
-			end := min(r.prefilled+e.opts.PrefillChunk, len(ctxToks))
-			it := BatchItem{Seq: r.seq, Tokens: ctxToks[r.prefilled:end]}
-			if end == len(ctxToks) && !r.recompute {
-				it.LogitsRows = []int32{int32(end - r.prefilled - 1)}
-			} else {
-				it.LogitsRows = []int32{}
-			}
-			items = append(items, it)
-			owners = append(owners, r)
-			continue
-		}
-		if r.spec != nil {
-			specs = append(specs, r)
-			continue
-		}
-		if k := e.greedySteps(r, len(ready), active); k > 1 {
-			toks, err := r.seq.DecodeGreedy(r.generated[len(r.generated)-1], k)
-			switch {
-			case err == nil:
-				r.generated = append(r.generated, toks...)
-				e.generated.Add(int64(len(toks)))
-				r.out <- stepOut{toks: toks}
-				continue
-			case !errors.Is(err, ErrKVExhausted) && !errors.Is(err, ErrContextLength):
-				e.fail(r, fmt.Errorf("engine: multi-step decode: %w", err))
-				continue
-			}
-			// no room for k tokens: one plain step (which preempts or fails as usual)
-		}
-		items = append(items, BatchItem{Seq: r.seq, Tokens: []int32{r.generated[len(r.generated)-1]}})
-		owners = append(owners, r)
+// context is what a request's KV must hold before its next decode: the
+// prompt, or after a preemption the prompt and all generated tokens but the
+// pending one.
+func (r *request) context() []int32 {
+	if !r.recompute {
+		return r.req.Prompt
 	}
-	if len(items) > 0 {
-		if err := e.m.ForwardBatch(items); err != nil {
-			// isolate the failing request(s): forward one by one.
-			for i := range items {
-				if err := e.m.ForwardBatch(items[i : i+1]); err != nil {
-					r := owners[i]
-					owners[i] = nil
-					if errors.Is(err, ErrKVExhausted) && e.m.kv.UsedBlocks() > len(r.seq.t.Blocks) {
-						e.preempt(r)
-						r.out <- stepOut{} // no token this step; retried after the ack
-						continue
-					}
-					e.fail(r, err)
+	return r.recomputeCtx
+}
+
+// demand is the number of new KV blocks a request needs for n more tokens.
+func (e *Engine) demand(r *request, n int) int {
+	kv := e.m.kv
+	return max(kv.BlocksFor(r.seq.t.N+n)-len(r.seq.t.Blocks), 0)
+}
+
+// baseTokens is how many tokens a ready request forwards in this step
+// without speculation: its next prefill chunk, or one decode token.
+func (e *Engine) baseTokens(r *request) int {
+	if ctxToks := r.context(); r.prefilled < len(ctxToks) {
+		return min(e.opts.PrefillChunk, len(ctxToks)-r.prefilled)
+	}
+	return 1
+}
+
+// makeRoom preempts the newest running requests until the ready requests'
+// tokens of this step fit in the KV pool. It returns the ready requests
+// still to serve and the preempted ones. A request that does not fit even
+// alone fails.
+func (e *Engine) makeRoom(ready, running []*request) ([]*request, []*request) {
+	kv := e.m.kv
+	var preempted []*request
+	for {
+		need := 0
+		for _, r := range ready {
+			need += e.demand(r, e.baseTokens(r))
+		}
+		if need <= kv.AvailableBlocks() {
+			return ready, preempted
+		}
+		// the newest running request that is not already preempted
+		var victim *request
+		for _, r := range running {
+			if r.seq == nil || slices.Contains(preempted, r) {
+				continue
+			}
+			if victim == nil || r.admitted > victim.admitted {
+				victim = r
+			}
+		}
+		if victim == nil || (len(running)-len(preempted) == 1) {
+			// alone and still too big: it can never finish.
+			for _, r := range ready {
+				if r == victim || victim == nil {
+					e.fail(r, fmt.Errorf("engine: request needs more KV than the pool holds (%d blocks of %d tokens): %w",
+						kv.NumBlocks(), kv.BlockSize(), ErrKVExhausted))
 				}
 			}
-		}
-		for i, r := range owners {
-			if r == nil {
-				continue
-			}
-			it := items[i]
-			if ctxToks := r.context(); r.prefilled < len(ctxToks) {
-				r.prefilled += len(it.Tokens)
-				if r.prefilled < len(ctxToks) || r.recompute {
-					if r.prefilled == len(ctxToks) {
-						r.recompute = false
-					}
-					r.out <- stepOut{} // progress without a token: keeps cancellation checks per step
-					continue
+			out := ready[:0:0]
+			for _, r := range ready {
+				if r != victim && victim != nil {
+					out = append(out, r)
 				}
 			}
-			e.sampleInto(r, it.Logits)
+			return out, preempted
 		}
+		e.preempt(victim)
+		preempted = append(preempted, victim)
+		ready = slices.DeleteFunc(slices.Clone(ready), func(r *request) bool { return r == victim })
 	}
-	e.specSteps(specs, active)
+}
+
+// preempt gives a running request's KV back (vLLM-style recompute
+// preemption): it is recomputed from its context when it is admitted again.
+func (e *Engine) preempt(r *request) {
+	if len(r.generated) > 0 {
+		ctxToks := make([]int32, 0, len(r.req.Prompt)+len(r.generated))
+		ctxToks = append(ctxToks, r.req.Prompt...)
+		ctxToks = append(ctxToks, r.generated[:len(r.generated)-1]...)
+		r.recompute = true
+		r.recomputeCtx = ctxToks
+	}
+	r.seq.Free()
+	r.seq = nil
+	r.prefilled = 0
+	r.preemptions++
+	e.preempted.Add(1)
 }
 
 // MaxDecodeSteps caps Options.DecodeSteps (a chunk's tokens are emitted
@@ -637,7 +782,7 @@ const MaxDecodeSteps = 64
 // step through the backend's GreedyStepper (Options.DecodeSteps; 0 when
 // the backend has none); <= 1: one plain step.
 func (e *Engine) greedySteps(r *request, ready, active int) int {
-	if e.opts.DecodeSteps <= 1 || ready != 1 || active != 1 || r.recompute {
+	if e.opts.DecodeSteps <= 1 || ready != 1 || active != 1 || r.recompute || r.spec != nil {
 		return 0
 	}
 	sp := r.sampler
@@ -650,71 +795,151 @@ func (e *Engine) greedySteps(r *request, ready, active int) int {
 	return min(e.opts.DecodeSteps, r.maxNew-len(r.generated))
 }
 
-// specSteps advances speculative requests: those whose speculator is a
-// BatchSpeculator together (one StepBatch per speculator), the others one
-// Step each.
-func (e *Engine) specSteps(specs []*request, active int) {
-	groups := map[BatchSpeculator][]*request{}
-	var order []BatchSpeculator
-	for _, r := range specs {
-		if b, ok := r.spec.(BatchSpeculator); ok {
-			if _, seen := groups[b]; !seen {
-				order = append(order, b)
-			}
-			groups[b] = append(groups[b], r)
+// stepItem is one request's part of a step's forward.
+type stepItem struct {
+	r       *request
+	prefill bool      // a prompt (or recompute) chunk
+	tree    *Proposal // verified draft tree below the pending token (nil: plain)
+}
+
+// step runs one scheduler step over ready requests: one batched target
+// forward holding prefill chunks, plain decode tokens and every
+// speculative request's draft tree, then sampling and tree verification.
+// It returns the requests that were handed an output.
+func (e *Engine) step(ready []*request, active int) []*request {
+	var items []BatchItem
+	var plan []stepItem
+	var decoding []*request // speculative requests decoding in this step
+	var served []*request
+	for _, r := range ready {
+		if err := r.ctx.Err(); err != nil {
+			e.fail(r, err)
+			served = append(served, r)
 			continue
 		}
-		st := e.specState(r, active)
-		toks, err := r.spec.Step(st)
-		e.specDone(r, st, toks, err)
-	}
-	for _, b := range order {
-		rs := groups[b]
-		states := make([]*SpecState, len(rs))
-		for i, r := range rs {
-			states[i] = e.specState(r, active)
+		if ctxToks := r.context(); r.prefilled < len(ctxToks) {
+			end := min(r.prefilled+e.opts.PrefillChunk, len(ctxToks))
+			it := BatchItem{Seq: r.seq, Tokens: ctxToks[r.prefilled:end]}
+			if end == len(ctxToks) && !r.recompute {
+				it.LogitsRows = []int32{int32(end - r.prefilled - 1)}
+				it.WantHidden = r.spec != nil && r.spec.needHidden
+			} else {
+				it.LogitsRows = []int32{}
+			}
+			items = append(items, it)
+			plan = append(plan, stepItem{r: r, prefill: true})
+			continue
 		}
-		out, errs := b.StepBatch(states)
-		for i, r := range rs {
-			if len(out) != len(rs) || len(errs) != len(rs) {
-				e.fail(r, fmt.Errorf("engine: StepBatch returned %d results and %d errors for %d requests", len(out), len(errs), len(rs)))
+		if k := e.greedySteps(r, len(ready), active); k > 1 {
+			toks, err := r.seq.DecodeGreedy(r.generated[len(r.generated)-1], k)
+			switch {
+			case err == nil:
+				r.generated = append(r.generated, toks...)
+				e.generated.Add(int64(len(toks)))
+				r.out <- stepOut{toks: toks}
+				served = append(served, r)
+				continue
+			case !errors.Is(err, ErrKVExhausted) && !errors.Is(err, ErrContextLength):
+				e.fail(r, fmt.Errorf("engine: multi-step decode: %w", err))
+				served = append(served, r)
 				continue
 			}
-			e.specDone(r, states[i], out[i], errs[i])
+			// no room for k tokens: one plain step
+		}
+		if r.spec != nil {
+			decoding = append(decoding, r)
+		}
+		items = append(items, BatchItem{Seq: r.seq, Tokens: []int32{r.generated[len(r.generated)-1]},
+			WantHidden: r.spec != nil && r.spec.needHidden})
+		plan = append(plan, stepItem{r: r})
+	}
+	if len(items) == 0 {
+		return served
+	}
+	// draft trees for the speculative requests, within the step's budget.
+	if len(decoding) > 0 {
+		baseT := 0
+		for _, it := range items {
+			baseT += len(it.Tokens)
+		}
+		emit := 0
+		for _, p := range plan {
+			if !p.prefill {
+				emit++
+			}
+		}
+		trees := e.propose(decoding, baseT, emit, len(ready))
+		for i := range plan {
+			t := trees[plan[i].r]
+			if t == nil || t.Len() == 0 {
+				continue
+			}
+			plan[i].tree = t
+			toks := make([]int32, 1+t.Len())
+			par := make([]int32, 1+t.Len())
+			toks[0], par[0] = items[i].Tokens[0], -1
+			for j, tok := range t.Tokens {
+				toks[j+1], par[j+1] = tok, t.Parents[j]+1
+			}
+			items[i].Tokens, items[i].Parents = toks, par
 		}
 	}
-}
-
-// context is what a request's KV must hold before its next decode: the
-// prompt, or after a preemption the prompt and all generated tokens but the
-// pending one.
-func (r *request) context() []int32 {
-	if !r.recompute {
-		return r.req.Prompt
+	t0 := time.Now()
+	err := e.m.ForwardBatch(items)
+	if err != nil && errors.Is(err, ErrKVExhausted) {
+		// the trees did not fit: verify nothing this step.
+		for i := range plan {
+			if plan[i].tree != nil {
+				plan[i].tree = nil
+				items[i].Tokens, items[i].Parents = items[i].Tokens[:1], nil
+			}
+		}
+		err = e.m.ForwardBatch(items)
 	}
-	return r.recomputeCtx
-}
-
-// preempt handles a request that found the KV full while other requests
-// hold blocks. A prompt simply waits. A decoding request gives its KV back
-// and recomputes it later (vLLM-style recompute preemption), so that the
-// others can finish.
-func (e *Engine) preempt(r *request) {
-	if !r.recompute && r.prefilled < len(r.req.Prompt) {
-		return // still prefilling the prompt: wait
+	e.forwards.Add(1)
+	if err != nil {
+		// isolate the failing request(s): forward one by one.
+		for i := range items {
+			if err := e.m.ForwardBatch(items[i : i+1]); err != nil {
+				e.fail(plan[i].r, err)
+				served = append(served, plan[i].r)
+				plan[i].r = nil
+			}
+		}
+	} else {
+		T := 0
+		for _, it := range items {
+			T += len(it.Tokens)
+		}
+		e.cost.observe(T, time.Since(t0).Seconds())
 	}
-	if r.recompute {
-		return // re-prefill waiting for room
+	for i, p := range plan {
+		r := p.r
+		if r == nil {
+			continue
+		}
+		served = append(served, r)
+		it := items[i]
+		if p.prefill {
+			r.prefilled += len(it.Tokens)
+			if ctxToks := r.context(); r.prefilled < len(ctxToks) || r.recompute {
+				if r.prefilled == len(ctxToks) {
+					r.recompute = false
+				}
+				r.out <- stepOut{} // progress without a token: keeps cancellation checks per step
+				continue
+			}
+		}
+		if p.tree != nil {
+			e.verify(r, p.tree, it)
+			continue
+		}
+		if r.spec != nil && it.WantHidden {
+			r.spec.hidden = append(r.spec.hidden[:0], it.Hidden...)
+		}
+		e.sampleInto(r, it.Logits)
 	}
-	ctxToks := make([]int32, 0, len(r.req.Prompt)+len(r.generated))
-	ctxToks = append(ctxToks, r.req.Prompt...)
-	ctxToks = append(ctxToks, r.generated[:len(r.generated)-1]...)
-	r.seq.Free()
-	r.seq, r.prefilled = e.m.NewCachedSequence(ctxToks, r.req.PrefixSalt)
-	r.recompute = true
-	r.recomputeCtx = ctxToks
-	r.preemptions++
-	e.preempted.Add(1)
+	return served
 }
 
 func (e *Engine) sampleInto(r *request, logits []float32) {
@@ -740,45 +965,42 @@ func (r *request) addLogprobs(so *stepOut, rows []float32) {
 	}
 }
 
-// specState refreshes a request's SpecState before a speculative step.
-func (e *Engine) specState(r *request, active int) *SpecState {
-	if r.state == nil {
-		r.state = &SpecState{Ctx: r.ctx, Target: e.m, Prompt: r.req.Prompt, Params: r.sampler, Rand: r.rng, Stats: &r.stats}
+// verify resolves a speculative request's verified tree: it walks the
+// tree (greedy or lossless sampling), keeps the accepted path's KV, and
+// hands the accepted tokens plus the target's bonus token to the caller.
+func (e *Engine) verify(r *request, t *Proposal, it BatchItem) {
+	V, H := e.m.Config.VocabSize, e.m.Config.HiddenSize
+	sp := r.spec
+	vd := verifyTree(t.Tokens, t.Parents, t.Q, it.Logits, V, r.sampler, r.generated, r.rng, sp.typical)
+	keep := make([]int, 0, 1+len(vd.path))
+	keep = append(keep, 0)
+	for _, n := range vd.path {
+		keep = append(keep, n+1)
 	}
-	st := r.state
-	st.Seq = r.seq
-	r.seq.recordTree = true // verification rows for logprobs (SpecState.KeepTree)
-	st.lpN = 0
-	st.Generated = r.generated
-	st.Pending = r.generated[len(r.generated)-1]
-	st.MaxNew = max(r.maxNew-len(r.generated), 1)
-	st.Active = active
-	return st
-}
-
-// specDone checks one speculative step's result and hands it to the caller.
-func (e *Engine) specDone(r *request, st *SpecState, toks []int32, err error) {
-	if err != nil {
-		e.fail(r, fmt.Errorf("engine: speculator: %w", err))
+	if err := r.seq.KeepTree(keep); err != nil {
+		e.fail(r, fmt.Errorf("engine: keep accepted path: %w", err))
 		return
 	}
-	r.stats.Steps++
-	if len(toks) == 0 || len(toks) > st.MaxNew {
-		e.fail(r, fmt.Errorf("engine: speculator returned %d tokens, want 1..%d", len(toks), st.MaxNew))
-		return
+	toks := make([]int32, 0, len(vd.path)+1)
+	rows := make([]float32, 0, len(keep)*V)
+	for j, n := range vd.path {
+		toks = append(toks, t.Tokens[n])
+		_ = j
 	}
+	toks = append(toks, vd.bonus)
+	for _, k := range keep {
+		rows = append(rows, it.Logits[k*V:(k+1)*V]...)
+	}
+	if it.WantHidden {
+		last := keep[len(keep)-1]
+		sp.hidden = append(sp.hidden[:0], it.Hidden[last*H:(last+1)*H]...)
+	}
+	// never more than the request may still take (the consumer stops at maxNew).
 	r.generated = append(r.generated, toks...)
 	e.generated.Add(int64(len(toks)))
-	if want := len(r.req.Prompt) + len(r.generated) - 1; r.seq.Len() != want {
-		e.fail(r, fmt.Errorf("engine: speculator left the target KV at %d tokens, want %d", r.seq.Len(), want))
-		return
-	}
+	e.specSteps.Add(1)
+	sp.record(r, t, vd, e)
 	so := stepOut{toks: toks}
-	// logprobs come from the verification rows SpecState.KeepTree or
-	// PlainStep recorded; a speculator that bypasses both reports none.
-	if V := e.m.Config.VocabSize; st.lpN == len(toks) && len(st.lpRows) == st.lpN*V {
-		r.addLogprobs(&so, st.lpRows)
-	}
-	st.lpN = 0
+	r.addLogprobs(&so, rows)
 	r.out <- so
 }

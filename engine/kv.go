@@ -74,6 +74,23 @@ func (m *BlockManager) FreeBlocks() int {
 	return len(m.free)
 }
 
+// AvailableBlocks is the number of blocks an allocation can get now: the
+// free list plus cached blocks that only the prefix cache holds (evictable).
+func (m *BlockManager) AvailableBlocks() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := len(m.free)
+	for b := range m.byBlock {
+		if m.refs[b] == 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// BlocksFor is the number of blocks that hold n tokens.
+func (m *BlockManager) BlocksFor(n int) int { return (n + m.blockSize - 1) / m.blockSize }
+
 // UsedBlocks is NumBlocks - FreeBlocks: blocks held by sequences or the prefix cache.
 func (m *BlockManager) UsedBlocks() int {
 	m.mu.Lock()

@@ -27,11 +27,6 @@ type Sequence struct {
 	tree        []int32
 	treeParents []int32
 	treePos     []int32
-	// recordTree: keep a copy of a single-call tree forward's logits in
-	// treeLogits ([len(tree)][VocabSize]) for SpecState's logprobs (set by
-	// the engine on speculative requests' target sequences).
-	recordTree bool
-	treeLogits []float32
 
 	// prefix cache: hashes[b] is the key of committed full block b.
 	cacheOn bool
@@ -317,11 +312,6 @@ func (m *Model) ForwardBatch(items []BatchItem) error {
 		s.tree = append(s.tree, it.Tokens...)
 		s.treeParents = append(s.treeParents, it.Parents...)
 		s.treePos = append(s.treePos, plans[i].pos...)
-		if s.recordTree && len(s.tree) == len(it.Tokens) && it.LogitsRows == nil {
-			s.treeLogits = append(s.treeLogits[:0], it.Logits[:len(it.Tokens)*V]...)
-		} else {
-			s.treeLogits = s.treeLogits[:0]
-		}
 	}
 	return nil
 }
@@ -432,7 +422,6 @@ func (s *Sequence) KeepTree(keep []int) error {
 		s.tokens = append(s.tokens, s.tree[k])
 	}
 	s.tree, s.treeParents, s.treePos = nil, nil, nil
-	s.treeLogits = s.treeLogits[:0]
 	s.offerBlocks()
 	return nil
 }
@@ -444,7 +433,6 @@ func (s *Sequence) Truncate(n int) {
 	}
 	n = min(n, len(s.tokens))
 	s.tree, s.treeParents, s.treePos = nil, nil, nil
-	s.treeLogits = s.treeLogits[:0]
 	s.t.N = len(s.tokens)
 	s.m.kv.Truncate(&s.t, n)
 	s.tokens = s.tokens[:n]
@@ -474,7 +462,7 @@ func (s *Sequence) Free() {
 	}
 	s.freed = true
 	s.m.kv.Free(&s.t)
-	s.tokens, s.tree, s.treeParents, s.treePos, s.treeLogits, s.hashes = nil, nil, nil, nil, nil, nil
+	s.tokens, s.tree, s.treeParents, s.treePos, s.hashes = nil, nil, nil, nil, nil
 }
 
 // offerBlocks registers newly completed full blocks with the prefix cache.

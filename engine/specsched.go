@@ -1,0 +1,603 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// specState is one speculative request's scheduler-side state.
+type specState struct {
+	props      []Proposer
+	needHidden bool
+	hidden     []float32 // final hidden row that predicted the pending token
+	typical    *TypicalAcceptance
+	// acc[k][d-1] ≈ P(proposer k's node at depth d is accepted | depth d-1
+	// was), an EWMA over this request's verified steps.
+	acc   [][]float64
+	stats []SourceStats // per proposer, for ProposeRequest feedback
+	// probing: decode steps in a row without a draft, and the run after
+	// which the request is given a small draft anyway to re-estimate.
+	idle, probeEvery int
+	// from[i] has bit k set when proposer k proposed node i of this step's tree.
+	from []uint64
+}
+
+const (
+	priorAccept   = 0.6  // initial conditional acceptance at every depth
+	accWeight     = 0.2  // EWMA weight of the newest observation
+	probeEvery    = 8    // plain steps before a probe ...
+	maxProbeEvery = 128  // ... backing off exponentially up to this
+	specMargin    = 1.02 // a draft node must raise expected tokens/s by this factor
+)
+
+func newSpecState(props []Proposer, typ *TypicalAcceptance) *specState {
+	sp := &specState{props: props, typical: typ, probeEvery: probeEvery,
+		acc: make([][]float64, len(props)), stats: make([]SourceStats, len(props))}
+	for k, p := range props {
+		if h, ok := p.(HiddenNeeder); ok && h.NeedsHidden() {
+			sp.needHidden = true
+		}
+		sp.acc[k] = []float64{}
+	}
+	return sp
+}
+
+// accAt is proposer k's estimated conditional acceptance at depth d (1-based).
+func (sp *specState) accAt(k, d int) float64 {
+	if d-1 < len(sp.acc[k]) {
+		return sp.acc[k][d-1]
+	}
+	return priorAccept
+}
+
+// ewma is an exponentially weighted mean (zero until the first value).
+type ewma struct {
+	v float64
+	n int
+}
+
+func (a *ewma) add(x float64) {
+	a.n++
+	w := max(0.1, 1/float64(a.n))
+	a.v += w * (x - a.v)
+}
+
+// stepCost models the seconds of one target forward of T tokens, from
+// measured steps (an EWMA per size bucket, interpolated between buckets).
+type stepCost struct {
+	buckets map[int]*ewma
+}
+
+// costBucket maps T to its bucket: exact up to 16, then powers of two.
+func costBucket(T int) int {
+	if T <= 16 {
+		return T
+	}
+	b := 16
+	for b < T {
+		b *= 2
+	}
+	return b
+}
+
+func (c *stepCost) observe(T int, secs float64) {
+	if T <= 0 || !(secs > 0) {
+		return
+	}
+	if c.buckets == nil {
+		c.buckets = map[int]*ewma{}
+	}
+	b := costBucket(T)
+	a := c.buckets[b]
+	if a == nil {
+		a = &ewma{}
+		c.buckets[b] = a
+	}
+	a.add(secs)
+}
+
+// known reports whether any forward was measured.
+func (c *stepCost) known() bool { return len(c.buckets) > 0 }
+
+// at estimates the seconds of a T-token forward: linear between measured
+// buckets, flat below the smallest, the last slope beyond the largest; the
+// estimate never decreases with T.
+func (c *stepCost) at(T int) float64 {
+	if len(c.buckets) == 0 {
+		return 1 + 0.1*float64(T-1) // unmeasured: a relative guess
+	}
+	keys := make([]int, 0, len(c.buckets))
+	for k := range c.buckets {
+		keys = append(keys, k)
+	}
+	sort.Ints(keys)
+	// monotone envelope of the measured points
+	ys := make([]float64, len(keys))
+	for i, k := range keys {
+		ys[i] = c.buckets[k].v
+		if i > 0 {
+			ys[i] = max(ys[i], ys[i-1])
+		}
+	}
+	if T <= keys[0] {
+		return ys[0]
+	}
+	for i := 1; i < len(keys); i++ {
+		if T <= keys[i] {
+			f := float64(T-keys[i-1]) / float64(keys[i]-keys[i-1])
+			return ys[i-1] + f*(ys[i]-ys[i-1])
+		}
+	}
+	n := len(keys)
+	slope := ys[0] * 0.05 / 1 // at least 5% of a one-token forward per token
+	if n >= 2 {
+		slope = max(slope, (ys[n-1]-ys[n-2])/float64(keys[n-1]-keys[n-2]))
+	}
+	return ys[n-1] + slope*float64(T-keys[n-1])
+}
+
+// calibrate times target forwards of a few sizes once (a chain below a
+// short context on a scratch sequence), so that the first speculative
+// steps are priced by measurement rather than a guess. Best of 3.
+func (e *Engine) calibrate() {
+	m := e.m
+	maxPos := m.Config.MaxPositions
+	ctxLen := max(min(32, maxPos/4), 1)
+	sizes := []int{1, 2, 4, 8, 16, 32}
+	V := m.Config.VocabSize
+	ctx := make([]int32, ctxLen)
+	for i := range ctx {
+		ctx[i] = int32((3 + 7*i) % V)
+	}
+	s := m.NewSequence()
+	defer s.Free()
+	if _, err := s.Forward(ctx, nil, []int32{}); err != nil {
+		return
+	}
+	for _, n := range sizes {
+		if ctxLen+n >= maxPos {
+			break
+		}
+		toks, par := make([]int32, n), make([]int32, n)
+		for i := range toks {
+			toks[i], par[i] = int32((11+5*i)%V), int32(i)-1
+		}
+		best := math.Inf(1)
+		for range 3 {
+			t0 := time.Now()
+			if _, err := s.Forward(toks, par, nil); err != nil {
+				return
+			}
+			best = min(best, time.Since(t0).Seconds())
+			if err := s.KeepTree(nil); err != nil {
+				return
+			}
+		}
+		e.cost.observe(n, best)
+	}
+}
+
+// specCand is one (request, proposer) pair competing for draft nodes.
+type specCand struct {
+	r      *request
+	k      int     // proposer index in r.spec.props
+	n      int     // nodes granted
+	cap    int     // most nodes allowed
+	run    float64 // P(all granted depths accepted) = Π acc
+	probe  bool
+	propID int // index into the step's distinct proposers
+}
+
+// propose asks every speculative request's proposers for draft trees, one
+// Propose call per proposer, with node budgets that pay for themselves:
+// baseT tokens are already in the step's forward and emit requests decode
+// in it. It returns each request's merged tree (nil: decode plainly).
+func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]*Proposal {
+	if !e.cost.known() {
+		e.calibrate()
+	}
+	kv := e.m.kv
+	// KV room for draft nodes beyond the step's own tokens.
+	room := (kv.AvailableBlocks() - len(reqs)) * kv.BlockSize() // a block of slack per request (partial blocks)
+	// distinct proposers, their per-level cost, their current depth.
+	var props []Proposer
+	pid := map[Proposer]int{}
+	var cands []*specCand
+	for _, r := range reqs {
+		sp := r.spec
+		maxDepth := min(r.maxNew-len(r.generated)-1, e.m.Config.MaxPositions-1-r.seq.Len(), e.opts.MaxDraft)
+		probe := sp.idle >= sp.probeEvery
+		for k, p := range sp.props {
+			id, ok := pid[p]
+			if !ok {
+				id = len(props)
+				pid[p] = id
+				props = append(props, p)
+			}
+			if maxDepth > 0 {
+				cands = append(cands, &specCand{r: r, k: k, cap: maxDepth, run: 1, probe: probe, propID: id})
+			}
+		}
+	}
+	levelCost := make([]float64, len(props))
+	for i, p := range props {
+		if c := e.propCost[p]; c != nil {
+			levelCost[i] = c.v
+		}
+	}
+	depth := make([]int, len(props)) // deepest grant per proposer
+	perReq := map[*request]int{}
+	T, E := baseT, float64(emit)
+	propTime := 0.0
+	used := 0
+	// probes first: a small draft whatever the estimate (fixed: the full one).
+	for _, c := range cands {
+		if !c.probe && !e.opts.FixedDraft {
+			continue
+		}
+		want := min(2, c.cap)
+		if e.opts.FixedDraft {
+			want = c.cap
+		}
+		for c.n < want && used < e.opts.SpecBudget && used < room && perReq[c.r] < e.opts.MaxDraft {
+			c.run *= c.r.spec.accAt(c.k, c.n+1)
+			c.n++
+			used++
+			perReq[c.r]++
+			T++
+			E += c.run
+			if c.n > depth[c.propID] {
+				propTime += levelCost[c.propID] * float64(c.n-depth[c.propID])
+				depth[c.propID] = c.n
+			}
+		}
+	}
+	for !e.opts.FixedDraft && used < e.opts.SpecBudget && used < room {
+		var best *specCand
+		var bestV float64
+		for _, c := range cands {
+			if c.n >= c.cap || perReq[c.r] >= e.opts.MaxDraft {
+				continue
+			}
+			v := c.run * c.r.spec.accAt(c.k, c.n+1)
+			if best == nil || v > bestV {
+				best, bestV = c, v
+			}
+		}
+		if best == nil {
+			break
+		}
+		extra := 0.0
+		if best.n+1 > depth[best.propID] {
+			extra = levelCost[best.propID]
+		}
+		now := E / (e.cost.at(T) + propTime)
+		next := (E + bestV) / (e.cost.at(T+1) + propTime + extra)
+		if next <= now*specMargin {
+			break
+		}
+		best.run *= best.r.spec.accAt(best.k, best.n+1)
+		best.n++
+		used++
+		perReq[best.r]++
+		T++
+		E += bestV
+		propTime += extra
+		depth[best.propID] = max(depth[best.propID], best.n)
+	}
+	// one Propose call per proposer
+	type call struct {
+		reqs  []ProposeRequest
+		cands []*specCand
+	}
+	calls := make([]call, len(props))
+	for _, c := range cands {
+		if c.n == 0 {
+			continue
+		}
+		sp := c.r.spec
+		pr := ProposeRequest{ID: c.r.id, Tenant: c.r.req.Tenant, Prompt: c.r.req.Prompt, Generated: c.r.generated,
+			Params: c.r.sampler, Budget: c.n, MaxDepth: c.cap, Known: c.r.req.KnownDrafts, Rand: c.r.rng,
+			Active: active, Proposed: sp.stats[c.k].Proposed, Accepted: sp.stats[c.k].Accepted}
+		if h, ok := sp.props[c.k].(HiddenNeeder); ok && h.NeedsHidden() && len(sp.hidden) > 0 {
+			pr.Hidden = sp.hidden
+		}
+		calls[c.propID].reqs = append(calls[c.propID].reqs, pr)
+		calls[c.propID].cands = append(calls[c.propID].cands, c)
+	}
+	got := map[*request][]contrib{}
+	for i, p := range props {
+		cl := calls[i]
+		if len(cl.reqs) == 0 {
+			continue
+		}
+		t0 := time.Now()
+		out, err := p.Propose(cl.cands[0].r.ctx, cl.reqs)
+		secs := time.Since(t0).Seconds()
+		if err == nil && len(out) != len(cl.reqs) {
+			err = fmt.Errorf("%d proposals for %d requests", len(out), len(cl.reqs))
+		}
+		maxD := 0
+		for j, c := range cl.cands {
+			if err != nil {
+				// a failing proposer costs its requests the draft, not the answer.
+				e.proposeErrors.Add(1)
+				continue
+			}
+			pr := out[j]
+			if verr := e.checkProposal(&pr, c.n, c.cap); verr != nil {
+				e.proposeErrors.Add(1)
+				continue
+			}
+			maxD = max(maxD, proposalDepth(&pr))
+			got[c.r] = append(got[c.r], contrib{k: c.k, p: pr})
+		}
+		if e.propCost[p] == nil {
+			e.propCost[p] = &ewma{}
+		}
+		e.propCost[p].add(secs / float64(max(maxD, 1)))
+	}
+	trees := map[*request]*Proposal{}
+	for _, r := range reqs {
+		cs := got[r]
+		var t *Proposal
+		sp := r.spec
+		if len(cs) > 0 {
+			t, sp.from = mergeProposals(cs, r.sampler.Temperature <= 0)
+		}
+		if t == nil || t.Len() == 0 {
+			sp.idle++
+			if sp.idle > sp.probeEvery {
+				sp.idle = 0
+				sp.probeEvery = min(sp.probeEvery*2, maxProbeEvery)
+			}
+			continue
+		}
+		e.specBudget.Add(int64(t.Len()))
+		trees[r] = t
+	}
+	return trees
+}
+
+// contrib is one proposer's proposal for a request.
+type contrib struct {
+	k int
+	p Proposal
+}
+
+// proposalDepth is the depth of the deepest node.
+func proposalDepth(p *Proposal) int {
+	d := make([]int, len(p.Tokens))
+	m := 0
+	for i, par := range p.Parents {
+		d[i] = 1
+		if par >= 0 {
+			d[i] = d[par] + 1
+		}
+		m = max(m, d[i])
+	}
+	return m
+}
+
+// checkProposal validates a proposal and trims it to budget nodes (a
+// prefix of a tree in index order is a tree) and maxDepth.
+func (e *Engine) checkProposal(p *Proposal, budget, maxDepth int) error {
+	V := e.m.Config.VocabSize
+	n := len(p.Tokens)
+	if len(p.Parents) != n {
+		return fmt.Errorf("bad proposal: %d tokens, %d parents", n, len(p.Parents))
+	}
+	if p.Q != nil && len(p.Q) != n {
+		return fmt.Errorf("bad proposal: %d tokens, %d draft distributions", n, len(p.Q))
+	}
+	if p.Sources != nil && len(p.Sources) != n {
+		return fmt.Errorf("bad proposal: %d tokens, %d sources", n, len(p.Sources))
+	}
+	depth := make([]int, n)
+	keep := n
+	for i := range n {
+		t, par := p.Tokens[i], p.Parents[i]
+		if t < 0 || int(t) >= V {
+			return fmt.Errorf("bad proposal: node %d: token %d not in [0, %d)", i, t, V)
+		}
+		if par < -1 || int(par) >= i {
+			return fmt.Errorf("bad proposal: node %d: parent %d not in [-1, %d)", i, par, i)
+		}
+		if p.Q != nil && p.Q[i] != nil && len(p.Q[i]) != V {
+			return fmt.Errorf("bad proposal: node %d: draft distribution of %d, vocabulary %d", i, len(p.Q[i]), V)
+		}
+		depth[i] = 1
+		if par >= 0 {
+			depth[i] = depth[par] + 1
+		}
+		if depth[i] > maxDepth && keep == n {
+			keep = i // nodes are trimmed from here: drop deeper nodes below
+		}
+	}
+	if keep < n || n > budget {
+		// keep nodes in index order within the budget and depth limit.
+		var toks, pars []int32
+		var q [][]float32
+		var src []string
+		idx := make([]int32, n)
+		for i := range n {
+			idx[i] = -2
+			par := p.Parents[i]
+			if depth[i] > maxDepth || len(toks) >= budget || (par >= 0 && idx[par] < 0) {
+				continue
+			}
+			np := int32(-1)
+			if par >= 0 {
+				np = idx[par]
+			}
+			idx[i] = int32(len(toks))
+			toks, pars = append(toks, p.Tokens[i]), append(pars, np)
+			if p.Q != nil {
+				q = append(q, p.Q[i])
+			}
+			if p.Sources != nil {
+				src = append(src, p.Sources[i])
+			}
+		}
+		p.Tokens, p.Parents, p.Q, p.Sources = toks, pars, q, src
+	}
+	return nil
+}
+
+// mergeProposals unites several proposers' trees into one. Greedy
+// requests merge nodes with equal token paths; sampled requests merge only
+// deterministic nodes (nodes drawn from a distribution keep their own
+// group, which lossless verification needs). from[i] has bit k set when
+// proposer k proposed node i.
+func mergeProposals(cs []contrib, greedy bool) (out *Proposal, from []uint64) {
+	if len(cs) == 1 && cs[0].p.Sources == nil {
+		p := cs[0].p
+		out = &Proposal{Tokens: p.Tokens, Parents: p.Parents, Q: p.Q, Source: p.Source}
+		if out.Source == "" {
+			out.Source = fmt.Sprintf("%d", cs[0].k)
+		}
+		if greedy {
+			out.Q = nil
+		}
+		from = make([]uint64, len(p.Tokens))
+		for i := range from {
+			from[i] = 1 << uint(cs[0].k%64)
+		}
+		return out, from
+	}
+	out = &Proposal{}
+	type key struct {
+		parent int32
+		tok    int32
+	}
+	index := map[key]int32{}
+	anyQ := false
+	for _, c := range cs {
+		p := c.p
+		remap := make([]int32, len(p.Tokens))
+		for i, tok := range p.Tokens {
+			par := int32(-1)
+			if p.Parents[i] >= 0 {
+				par = remap[p.Parents[i]]
+			}
+			det := greedy || p.Q == nil || p.Q[i] == nil
+			src := p.Source
+			if p.Sources != nil {
+				src = p.Sources[i]
+			}
+			if src == "" {
+				src = fmt.Sprintf("%d", c.k)
+			}
+			if det {
+				if j, ok := index[key{par, tok}]; ok {
+					remap[i] = j
+					from[j] |= 1 << uint(c.k%64)
+					continue
+				}
+			}
+			j := int32(len(out.Tokens))
+			remap[i] = j
+			from = append(from, 1<<uint(c.k%64))
+			out.Tokens = append(out.Tokens, tok)
+			out.Parents = append(out.Parents, par)
+			out.Sources = append(out.Sources, src)
+			var q []float32
+			if !det {
+				q, anyQ = p.Q[i], true
+			}
+			out.Q = append(out.Q, q)
+			if det {
+				index[key{par, tok}] = j
+			}
+		}
+	}
+	if !anyQ {
+		out.Q = nil
+	}
+	return out, from
+}
+
+// record updates a request's statistics and acceptance estimates after a
+// verified step.
+func (sp *specState) record(r *request, t *Proposal, vd verdict, e *Engine) {
+	st := &r.stats
+	st.Steps++
+	st.Proposed += t.Len()
+	st.Accepted += len(vd.path)
+	if vd.approx {
+		st.Exact = false
+	}
+	if st.BySource == nil {
+		st.BySource = map[string]SourceStats{}
+	}
+	onPath := make(map[int]bool, len(vd.path))
+	for _, n := range vd.path {
+		onPath[n] = true
+	}
+	for i := range t.Tokens {
+		src := t.Source
+		if t.Sources != nil {
+			src = t.Sources[i]
+		}
+		s := st.BySource[src]
+		s.Proposed++
+		if onPath[i] {
+			s.Accepted++
+		}
+		st.BySource[src] = s
+	}
+	for d := range vd.path {
+		if d >= len(st.AcceptedAt) {
+			st.AcceptedAt = append(st.AcceptedAt, make([]int, d+1-len(st.AcceptedAt))...)
+		}
+		st.AcceptedAt[d]++
+		if d < statDepths {
+			e.acceptedAt[d].Add(1)
+		}
+	}
+	e.specProposed.Add(int64(t.Len()))
+	e.specAccepted.Add(int64(len(vd.path)))
+	// per-proposer estimates: a node's depth is tried when its parent was
+	// accepted (or is the root); accepted when it is on the path.
+	depth := make([]int, t.Len())
+	for i, par := range t.Parents {
+		depth[i] = 1
+		if par >= 0 {
+			depth[i] = depth[par] + 1
+		}
+	}
+	for k := range sp.props {
+		tried := map[int]bool{}
+		acc := map[int]bool{}
+		for i := range t.Tokens {
+			if i < len(sp.from) && sp.from[i]&(1<<uint(k%64)) == 0 {
+				continue
+			}
+			par := t.Parents[i]
+			if par < 0 || onPath[int(par)] {
+				tried[depth[i]] = true
+				sp.stats[k].Proposed++
+				if onPath[i] {
+					acc[depth[i]] = true
+					sp.stats[k].Accepted++
+				}
+			}
+		}
+		for d := 1; tried[d]; d++ {
+			for len(sp.acc[k]) < d {
+				sp.acc[k] = append(sp.acc[k], priorAccept)
+			}
+			x := 0.0
+			if acc[d] {
+				x = 1
+			}
+			sp.acc[k][d-1] += accWeight * (x - sp.acc[k][d-1])
+		}
+	}
+	if len(vd.path) > 0 {
+		sp.probeEvery = probeEvery
+	}
+	sp.idle = 0
+}
