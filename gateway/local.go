@@ -50,6 +50,7 @@ func (j *job) request(i int) engine.GenerateRequest {
 		r.Sampling.Seed = &sd
 	}
 	r.PrefixSalt = j.tenant
+	r.Tenant = j.tenant
 	// Without logprobs in the response the engine may decode several
 	// greedy tokens per step (engine.Options.DecodeSteps).
 	r.Sampling.SkipLogprobs = !j.logprobs
@@ -435,7 +436,7 @@ func (a *choiceAcc) add(c engine.Chunk) {
 // usageOf sums the results of all choices; prompt tokens count once per prompt.
 func usageOf(j *job, res []engine.Result) *Usage {
 	u := &Usage{PromptTokensDetails: &PromptTokensDetails{}, CompletionTokensDetails: &CompletionTokensDetails{}}
-	var spec SpeculativeUsage
+	spec := SpeculativeUsage{Exact: true}
 	hasSpec := false
 	for i, r := range res {
 		if i%j.n == 0 {
@@ -448,6 +449,16 @@ func usageOf(j *job, res []engine.Result) *Usage {
 			spec.Steps += r.Spec.Steps
 			spec.Proposed += r.Spec.Proposed
 			spec.Accepted += r.Spec.Accepted
+			spec.Exact = spec.Exact && r.Spec.Exact
+			for src, st := range r.Spec.BySource {
+				if spec.BySource == nil {
+					spec.BySource = map[string]SpeculativeSource{}
+				}
+				s := spec.BySource[src]
+				s.Proposed += st.Proposed
+				s.Accepted += st.Accepted
+				spec.BySource[src] = s
+			}
 		}
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens

@@ -258,6 +258,19 @@ type SpeculativeUsage struct {
 	Accepted           int     `json:"accepted"`
 	MeanAcceptedLength float64 `json:"mean_accepted_length"`
 	AcceptanceRate     float64 `json:"acceptance_rate"`
+	// Exact is false when an approximate acceptance rule (Medusa's typical
+	// acceptance) decided sampled tokens: the output is then not exactly
+	// the model's distribution.
+	Exact bool `json:"exact"`
+	// BySource splits proposed and accepted draft tokens by draft source
+	// (draft, medusa, suffix, prediction, near_miss, ...).
+	BySource map[string]SpeculativeSource `json:"by_source,omitempty"`
+}
+
+// SpeculativeSource is one draft source's share of a request's speculation.
+type SpeculativeSource struct {
+	Proposed int `json:"proposed"`
+	Accepted int `json:"accepted"`
 }
 
 // ChatCompletion is a non-streaming chat response.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/specgate/specgate/engine"
@@ -44,47 +45,54 @@ func BenchPrompts() []string {
 	return out
 }
 
-// BenchMode is one row of the speculative benchmark: a name and a config
-// (nil = plain decoding, the baseline).
+// BenchMode is one row of the speculative benchmark. Config (a
+// draft-model proposer) or New (any other proposers, e.g. Medusa heads)
+// selects the drafts; neither = plain decoding, the baseline. Adaptive
+// lets the engine size each step's drafts (its default); otherwise every
+// request gets its full draft every step (engine.Options.FixedDraft).
 type BenchMode struct {
-	Name   string
-	Config *Config
+	Name     string
+	Config   *Config
+	New      func(target *engine.Model) ([]engine.Proposer, error)
+	Adaptive bool
 }
 
-// DefaultBenchModes are the rows of `specgate bench-spec`: plain, chains of
-// 1, 2, 4 and 6, a small and a large static tree, a dynamic tree, and the
-// adaptive chain and dynamic tree (costs measured on the machine at hand).
+// DefaultBenchModes are the rows of `specgate bench spec`: plain, fixed
+// chains of 2, 4 and 6, a static and a dynamic tree, and the engine's
+// adaptive budget over a chain and a dynamic tree.
 func DefaultBenchModes() []BenchMode {
 	return []BenchMode{
-		{"plain", nil},
-		{"chain k=1", &Config{Method: MethodChain, K: 1}},
-		{"chain k=2", &Config{Method: MethodChain, K: 2}},
-		{"chain k=4", &Config{Method: MethodChain, K: 4}},
-		{"chain k=6", &Config{Method: MethodChain, K: 6}},
-		{"tree [2,2,1] n<=8", &Config{Method: MethodTree, K: 4, Branching: []int{2, 2, 1}, Budget: 8}},
-		{"tree [4,2,2,1] n<=16", &Config{Method: MethodTree, K: 5, Branching: []int{4, 2, 2, 1}, Budget: 16}},
-		{"dynamic w=4 n<=12", &Config{Method: MethodDynamic, K: 5, Width: 4, Budget: 12}},
-		{"chain adaptive", &Config{Method: MethodChain, K: 4, Adaptive: true}},
-		{"dynamic adaptive", &Config{Method: MethodDynamic, K: 5, Width: 4, Budget: 12, Adaptive: true}},
+		{Name: "plain"},
+		{Name: "chain k=2", Config: &Config{Method: MethodChain, K: 2}},
+		{Name: "chain k=4", Config: &Config{Method: MethodChain, K: 4}},
+		{Name: "chain k=6", Config: &Config{Method: MethodChain, K: 6}},
+		{Name: "tree [2,2,1] n<=8", Config: &Config{Method: MethodTree, K: 4, Branching: []int{2, 2, 1}, Budget: 8}},
+		{Name: "dynamic w=4 n<=12", Config: &Config{Method: MethodDynamic, K: 5, Width: 4, Budget: 12}},
+		{Name: "chain adaptive", Config: &Config{Method: MethodChain, K: 6, Adaptive: true}, Adaptive: true},
+		{Name: "dynamic adaptive", Config: &Config{Method: MethodDynamic, K: 5, Width: 4, Budget: 12, Adaptive: true}, Adaptive: true},
 	}
 }
 
 // BenchOptions configure Bench.
 type BenchOptions struct {
-	Prompts  [][]int32 // token ids, each non-empty
-	MaxNew   int       // new tokens per prompt
-	Runs     int       // timed runs per mode (median reported); >= 1
-	Sampling engine.SamplingParams
-	Modes    []BenchMode // nil = DefaultBenchModes
+	Prompts     [][]int32 // token ids, each non-empty
+	MaxNew      int       // new tokens per prompt
+	Runs        int       // timed runs per mode (median reported); >= 1
+	Concurrency []int     // requests in flight; nil = [1]
+	Sampling    engine.SamplingParams
+	Modes       []BenchMode  // nil = DefaultBenchModes; the first is the baseline
+	Progress    func(string) // optional progress lines
 }
 
-// BenchRow is one mode's result. Tau is generated tokens per target step
-// (decode steps only: the first token of each request comes from prefill);
-// Acceptance is accepted/proposed draft tokens; TokensPerSec is the median
-// run's generated tokens over its wall-clock time; Speedup is plain's
-// median time over this mode's.
+// BenchRow is one mode's result at one concurrency. Tau is generated
+// tokens per target step of a request (decode steps only: the first token
+// comes from prefill); Acceptance is accepted/proposed draft tokens;
+// TokensPerSec is the median run's generated tokens over its wall-clock
+// time; Speedup is the baseline's median time at the same concurrency over
+// this mode's.
 type BenchRow struct {
 	Name         string
+	Concurrency  int
 	Tau          float64
 	Acceptance   float64
 	TokensPerSec float64
@@ -96,91 +104,149 @@ type BenchRow struct {
 	Median       time.Duration
 }
 
-// Bench decodes every prompt with every mode on target (batch 1, one request
-// at a time) Runs times, modes interleaved within a run so that machine load
-// drifts affect all modes alike. The first mode is the speedup baseline.
-// Outputs are checked against the first mode's under greedy decoding.
+// Bench decodes every prompt with every mode on target, at each
+// concurrency (that many requests in flight, prompts taken in order), Runs
+// times, modes interleaved within a run so that machine load drifts affect
+// all modes alike. Each mode has its own engine over the shared target.
+// Outputs are checked against the baseline's under greedy decoding.
 func Bench(target, draft *engine.Model, o BenchOptions) ([]BenchRow, error) {
 	modes := o.Modes
 	if modes == nil {
 		modes = DefaultBenchModes()
 	}
+	conc := o.Concurrency
+	if conc == nil {
+		conc = []int{1}
+	}
 	if o.Runs < 1 || o.MaxNew < 1 || len(o.Prompts) == 0 {
 		return nil, fmt.Errorf("%w: bench: runs %d, max new %d, %d prompts: all must be >= 1", ErrConfig, o.Runs, o.MaxNew, len(o.Prompts))
 	}
-	specs := make([]engine.Speculator, len(modes))
-	for i, m := range modes {
-		if m.Config == nil {
-			continue
+	for _, c := range conc {
+		if c < 1 || c > 256 {
+			return nil, fmt.Errorf("%w: bench: concurrency %d not in [1, 256]", ErrConfig, c)
 		}
-		d, err := NewDraft(target, draft, *m.Config)
-		if err != nil {
-			return nil, fmt.Errorf("bench mode %q: %w", m.Name, err)
-		}
-		specs[i] = d
 	}
-	e := engine.New(target, engine.Options{})
-	defer e.Close()
-	// warm-up (untimed): one short request per mode.
+	engines := make([]*engine.Engine, len(modes))
+	for i, m := range modes {
+		var props []engine.Proposer
+		switch {
+		case m.Config != nil:
+			d, err := NewDraft(target, draft, *m.Config)
+			if err != nil {
+				return nil, fmt.Errorf("bench mode %q: %w", m.Name, err)
+			}
+			props = []engine.Proposer{d}
+		case m.New != nil:
+			ps, err := m.New(target)
+			if err != nil {
+				return nil, fmt.Errorf("bench mode %q: %w", m.Name, err)
+			}
+			props = ps
+		}
+		opts := engine.Options{Proposers: props, FixedDraft: !m.Adaptive, MaxBatch: 256}
+		if m.Config != nil {
+			c, _ := m.Config.withDefaults()
+			opts.MaxDraft = c.Budget
+		}
+		engines[i] = engine.New(target, opts)
+		defer engines[i].Close()
+	}
+	// warm-up (untimed): one short request per mode (the engines time their forwards).
 	for i := range modes {
-		req := engine.GenerateRequest{Prompt: o.Prompts[0], MaxTokens: min(o.MaxNew, 8), Sampling: o.Sampling,
-			Speculator: specs[i], NoSpeculation: specs[i] == nil}
-		if _, err := e.Generate(context.Background(), req, func(engine.Chunk) error { return nil }); err != nil {
+		req := engine.GenerateRequest{Prompt: o.Prompts[0], MaxTokens: min(o.MaxNew, 8), Sampling: o.Sampling}
+		if _, err := engines[i].Generate(context.Background(), req, func(engine.Chunk) error { return nil }); err != nil {
 			return nil, fmt.Errorf("bench mode %q warm-up: %w", modes[i].Name, err)
 		}
 	}
-	rows := make([]BenchRow, len(modes))
-	times := make([][]time.Duration, len(modes))
-	ref := make([][]int32, len(o.Prompts))
-	for run := range o.Runs {
-		for i, m := range modes {
-			var st engine.SpecStats
-			toks := 0
-			start := time.Now()
-			for p, prompt := range o.Prompts {
-				req := engine.GenerateRequest{Prompt: prompt, MaxTokens: o.MaxNew, Sampling: o.Sampling,
-					Speculator: specs[i], NoSpeculation: specs[i] == nil}
-				var out []int32
-				res, err := e.Generate(context.Background(), req, func(c engine.Chunk) error {
-					out = append(out, c.Tokens...)
-					return nil
-				})
-				if err != nil {
-					return nil, fmt.Errorf("bench mode %q prompt %d: %w", m.Name, p, err)
+	var rows []BenchRow
+	for _, c := range conc {
+		crow := make([]BenchRow, len(modes))
+		times := make([][]time.Duration, len(modes))
+		ref := make([][]int32, len(o.Prompts))
+		for run := range o.Runs {
+			for i, m := range modes {
+				if o.Progress != nil {
+					o.Progress(fmt.Sprintf("concurrency %d, run %d/%d, mode %s", c, run+1, o.Runs, m.Name))
 				}
-				if o.Sampling.Temperature <= 0 {
-					if i == 0 && run == 0 {
-						ref[p] = out
-					} else if fmt.Sprint(out) != fmt.Sprint(ref[p]) {
-						return nil, fmt.Errorf("bench mode %q prompt %d: greedy output differs from %q", m.Name, p, modes[0].Name)
+				outs, results, dt, err := runConcurrent(engines[i], o, c)
+				if err != nil {
+					return nil, fmt.Errorf("bench mode %q concurrency %d: %w", m.Name, c, err)
+				}
+				var st engine.SpecStats
+				toks := 0
+				for p, res := range results {
+					if o.Sampling.Temperature <= 0 {
+						if i == 0 && run == 0 {
+							ref[p] = outs[p]
+						} else if fmt.Sprint(outs[p]) != fmt.Sprint(ref[p]) {
+							return nil, fmt.Errorf("bench mode %q prompt %d: greedy output differs from %q", m.Name, p, modes[0].Name)
+						}
+					}
+					toks += res.CompletionTokens
+					if res.Spec != nil {
+						st.Steps += res.Spec.Steps + max(res.CompletionTokens-1-res.Spec.Accepted-res.Spec.Steps, 0)
+						st.Proposed += res.Spec.Proposed
+						st.Accepted += res.Spec.Accepted
+					} else {
+						st.Steps += max(res.CompletionTokens-1, 0)
 					}
 				}
-				toks += res.CompletionTokens
-				if res.Spec != nil {
-					st.Steps += res.Spec.Steps
-					st.Proposed += res.Spec.Proposed
-					st.Accepted += res.Spec.Accepted
-				} else {
-					st.Steps += max(res.CompletionTokens-1, 0)
-				}
-			}
-			times[i] = append(times[i], time.Since(start))
-			if run == 0 {
-				r := &rows[i]
-				r.Name, r.Steps, r.Proposed, r.Accepted, r.Tokens = m.Name, st.Steps, st.Proposed, st.Accepted, toks
-				r.Tau = float64(toks-len(o.Prompts)) / float64(max(st.Steps, 1))
-				if st.Proposed > 0 {
-					r.Acceptance = float64(st.Accepted) / float64(st.Proposed)
+				times[i] = append(times[i], dt)
+				if run == 0 {
+					r := &crow[i]
+					r.Name, r.Concurrency, r.Steps, r.Proposed, r.Accepted, r.Tokens = m.Name, c, st.Steps, st.Proposed, st.Accepted, toks
+					r.Tau = float64(toks-len(o.Prompts)) / float64(max(st.Steps, 1))
+					if st.Proposed > 0 {
+						r.Acceptance = float64(st.Accepted) / float64(st.Proposed)
+					}
 				}
 			}
 		}
-	}
-	for i := range rows {
-		rows[i].Median = median(times[i])
-		rows[i].TokensPerSec = float64(rows[i].Tokens) / rows[i].Median.Seconds()
-		rows[i].Speedup = rows[0].Median.Seconds() / rows[i].Median.Seconds()
+		for i := range crow {
+			crow[i].Median = median(times[i])
+			crow[i].TokensPerSec = float64(crow[i].Tokens) / crow[i].Median.Seconds()
+			crow[i].Speedup = crow[0].Median.Seconds() / crow[i].Median.Seconds()
+		}
+		rows = append(rows, crow...)
 	}
 	return rows, nil
+}
+
+// runConcurrent runs every prompt through e with c requests in flight and
+// returns the outputs, results and wall time.
+func runConcurrent(e *engine.Engine, o BenchOptions, c int) ([][]int32, []engine.Result, time.Duration, error) {
+	n := len(o.Prompts)
+	outs := make([][]int32, n)
+	results := make([]engine.Result, n)
+	errs := make([]error, n)
+	next := make(chan int, n)
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range min(c, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range next {
+				req := engine.GenerateRequest{Prompt: o.Prompts[p], MaxTokens: o.MaxNew, Sampling: o.Sampling}
+				results[p], errs[p] = e.Generate(context.Background(), req, func(ch engine.Chunk) error {
+					outs[p] = append(outs[p], ch.Tokens...)
+					return nil
+				})
+			}
+		}()
+	}
+	wg.Wait()
+	dt := time.Since(start)
+	for p, err := range errs {
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("prompt %d: %w", p, err)
+		}
+	}
+	return outs, results, dt, nil
 }
 
 func median(d []time.Duration) time.Duration {
@@ -195,63 +261,15 @@ func median(d []time.Duration) time.Duration {
 // FormatBench renders rows as a markdown table.
 func FormatBench(rows []BenchRow) string {
 	var b strings.Builder
-	b.WriteString("| mode | τ (tokens/step) | acceptance | proposed | accepted | target steps | tokens/s | speedup |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| mode | concurrency | τ (tokens/step) | acceptance | proposed | accepted | target steps | tokens/s | speedup vs plain |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		acc := "-"
 		if r.Proposed > 0 {
 			acc = fmt.Sprintf("%.2f", r.Acceptance)
 		}
-		fmt.Fprintf(&b, "| %s | %.2f | %s | %d | %d | %d | %.1f | %.2f× |\n",
-			r.Name, r.Tau, acc, r.Proposed, r.Accepted, r.Steps, r.TokensPerSec, r.Speedup)
+		fmt.Fprintf(&b, "| %s | %d | %.2f | %s | %d | %d | %d | %.1f | %.2f× |\n",
+			r.Name, r.Concurrency, r.Tau, acc, r.Proposed, r.Accepted, r.Steps, r.TokensPerSec, r.Speedup)
 	}
 	return b.String()
-}
-
-// ForwardCosts measures the cost model's inputs on this machine: the time
-// of a target forward of n tokens (a tree of n below one pending token)
-// relative to a one-token forward, per extra token (VerifyCost), and a
-// one-token draft forward relative to a one-token target forward
-// (DraftCost). It runs reps forwards of each after a 100-token context.
-func ForwardCosts(target, draft *engine.Model, n, reps int) (verify, draftCost float64, err error) {
-	timeit := func(m *engine.Model, k int) (time.Duration, error) {
-		s := m.NewSequence()
-		defer s.Free()
-		ctx := make([]int32, 100)
-		for i := range ctx {
-			ctx[i] = int32(5 + i%50)
-		}
-		if _, err := s.Forward(ctx, nil, []int32{}); err != nil {
-			return 0, err
-		}
-		toks, par := make([]int32, k), make([]int32, k)
-		for i := range toks {
-			toks[i], par[i] = int32(7+i), int32(i)-1
-		}
-		var ds []time.Duration
-		for range reps {
-			t0 := time.Now()
-			if _, err := s.Forward(toks, par, nil); err != nil {
-				return 0, err
-			}
-			ds = append(ds, time.Since(t0))
-			if err := s.KeepTree(nil); err != nil {
-				return 0, err
-			}
-		}
-		return median(ds), nil
-	}
-	t1, err := timeit(target, 1)
-	if err != nil {
-		return 0, 0, err
-	}
-	tn, err := timeit(target, n)
-	if err != nil {
-		return 0, 0, err
-	}
-	d1, err := timeit(draft, 1)
-	if err != nil {
-		return 0, 0, err
-	}
-	return (tn.Seconds()/t1.Seconds() - 1) / float64(n-1), d1.Seconds() / t1.Seconds(), nil
 }

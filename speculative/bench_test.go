@@ -14,9 +14,9 @@ func BenchmarkChainK2(b *testing.B) {
 	for _, p := range BenchPrompts()[:6] {
 		ps = append(ps, target.Tokenizer.Encode(p, true))
 	}
-	mode := BenchMode{"chain k=2", &Config{Method: MethodChain, K: 2}}
+	mode := BenchMode{Name: "chain k=2", Config: &Config{Method: MethodChain, K: 2}}
 	if os.Getenv("SPECGATE_BENCH_MODE") == "plain" {
-		mode = BenchMode{"plain", nil}
+		mode = BenchMode{Name: "plain"}
 	}
 	b.ResetTimer()
 	for range b.N {

@@ -51,26 +51,12 @@ type Config struct {
 	Budget int
 	// Width is the most nodes per depth level of MethodDynamic; 0 = 6.
 	Width int
-	// Adaptive picks the depth of every step (at most K) from a running
-	// estimate of the acceptance rate and the cost model below, and decodes
-	// plainly while speculation does not pay.
+	// Adaptive lets the engine size each step's draft (engine.Options:
+	// FixedDraft false): a request is given the nodes that pay for
+	// themselves by its measured acceptance and the measured cost of
+	// forwards and draft levels, none when speculation does not pay. Without
+	// it every request gets its whole draft every step.
 	Adaptive bool
-	// VerifyCost is the cost of one extra token in a target forward,
-	// relative to a one-token target forward. When Adaptive and both
-	// VerifyCost and DraftCost are 0, the speculator instead measures, once
-	// at its first adaptive Step, the time of target forwards of 1..nodes+1
-	// tokens and of a draft forward on this machine (measureCosts) and plans
-	// with that table; the defaults below are used if the measurement fails.
-	// Otherwise: the cost of one extra token in a target forward,
-	// relative to a one-token target forward; 0 = 0.3 on the CPU backend
-	// (`specgate bench-spec` measured 0.30 for an 8-token tree on the shipped
-	// pair with the multi-token fp16 kernels of engine 0b08f99; 0.96 before
-	// them) and 0.1 on other backends (memory-bound small batches).
-	VerifyCost float64
-	// DraftCost is the cost of one draft forward relative to a one-token
-	// target forward; 0 = the ratio of the two models' per-token FLOPs plus
-	// a fixed 0.05 per-call overhead.
-	DraftCost float64
 }
 
 // defaults returns cfg with zero fields filled in, or an error naming the field.
@@ -117,26 +103,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Width == 0 {
 		c.Width = 6
 	}
-	if c.VerifyCost < 0 || c.VerifyCost > 10 || c.VerifyCost != c.VerifyCost {
-		return c, fmt.Errorf("%w: verify cost %v not in [0, 10]", ErrConfig, c.VerifyCost)
-	}
-	if c.DraftCost < 0 || c.DraftCost > 10 || c.DraftCost != c.DraftCost {
-		return c, fmt.Errorf("%w: draft cost %v not in [0, 10]", ErrConfig, c.DraftCost)
-	}
 	return c, nil
 }
 
-// flopsPerToken estimates the multiply-adds of one token through a model
-// (attention over the context excluded).
-func flopsPerToken(c engine.Config) float64 {
-	h, q, kv, i := float64(c.HiddenSize), float64(c.QDim()), float64(c.KVDim()), float64(c.IntermediateSize)
-	layer := h*(q+2*kv) + q*h + 3*h*i
-	return float64(c.NumLayers)*layer + h*float64(c.VocabSize)
-}
-
-// NewDraft returns a speculator that proposes with draft and verifies with
-// target. Both models stay owned by the caller (the speculator keeps one
-// draft Sequence per request, freed on Release). It refuses a draft whose
+// NewDraft returns a proposer that drafts with draft for target. Both
+// models stay owned by the caller (the proposer keeps one draft Sequence
+// per request, freed on Release). It refuses a draft whose
 // vocabulary differs from the target's (ErrVocabMismatch) and invalid
 // Config fields (ErrConfig).
 func NewDraft(target, draft *engine.Model, cfg Config) (*Draft, error) {
@@ -150,17 +122,16 @@ func NewDraft(target, draft *engine.Model, cfg Config) (*Draft, error) {
 	if err := CheckVocab(target, draft); err != nil {
 		return nil, err
 	}
-	measure := c.Adaptive && c.VerifyCost == 0 && c.DraftCost == 0
-	if c.VerifyCost == 0 {
-		c.VerifyCost = 0.1
-		if _, cpu := target.Backend().(*engine.CPUBackend); cpu {
-			c.VerifyCost = 0.3
-		}
-	}
-	if c.DraftCost == 0 {
-		c.DraftCost = flopsPerToken(draft.Config)/flopsPerToken(target.Config) + 0.05
-	}
-	return &Draft{target: target, draft: draft, cfg: c, measure: measure, costs: linearCosts(c.VerifyCost, c.DraftCost)}, nil
+	return &Draft{target: target, draft: draft, cfg: c, seqs: map[engine.RequestID]*engine.Sequence{}}, nil
+}
+
+// EngineOptions returns o with d as the engine's proposer: the draft size
+// per request (MaxDraft) from d's config, and FixedDraft unless Adaptive.
+func (d *Draft) EngineOptions(o engine.Options) engine.Options {
+	o.Proposers = []engine.Proposer{d}
+	o.MaxDraft = d.cfg.Budget
+	o.FixedDraft = !d.cfg.Adaptive
+	return o
 }
 
 // CheckVocab returns nil when draft can propose for target: equal
@@ -231,14 +202,14 @@ func hashFile(path string) ([]byte, error) {
 	return h.Sum(nil), nil
 }
 
-// FromFlags builds the speculator of the generate CLI flags
+// FromFlags builds the draft-model proposer of the generate CLI flags
 // `--draft DIR --spec chain|tree|dynamic --spec-k N`: it loads the draft
 // model from draftDir (CPU backend; the caller closes nothing: the draft
-// lives as long as the process) and returns NewDraft's speculator. An empty
+// lives as long as the process) and returns NewDraft's proposer. An empty
 // draftDir returns (nil, nil): no speculation. k = 0 turns on adaptive
 // speculation with the method's default maximum depth; k > 0 fixes the
 // depth (chain length) at k.
-func FromFlags(target *engine.Model, draftDir, method string, k int) (engine.Speculator, error) {
+func FromFlags(target *engine.Model, draftDir, method string, k int) (*Draft, error) {
 	if draftDir == "" {
 		return nil, nil
 	}

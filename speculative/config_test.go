@@ -21,8 +21,6 @@ func TestConfigErrors(t *testing.T) {
 		{Method: MethodTree, Branching: []int{}},
 		{Budget: 5000},
 		{Width: -2},
-		{VerifyCost: -1},
-		{DraftCost: 11},
 	}
 	for _, c := range bad {
 		if _, err := NewDraft(target, draft, c); !errors.Is(err, ErrConfig) {
@@ -33,7 +31,7 @@ func TestConfigErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := d.Config(); c.Method != MethodChain || c.K != 4 || c.Budget != 4 || c.DraftCost <= 0.05 {
+	if c := d.Config(); c.Method != MethodChain || c.K != 4 || c.Budget != 4 {
 		t.Errorf("defaults %+v", c)
 	}
 	if _, err := NewDraft(nil, draft, Config{}); !errors.Is(err, ErrConfig) {
@@ -145,7 +143,7 @@ func TestVocabMismatchShipped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := s.(*Draft).Config(); c.Method != MethodDynamic || !c.Adaptive || c.K != 5 {
+	if c := s.Config(); c.Method != MethodDynamic || !c.Adaptive || c.K != 5 {
 		t.Fatalf("FromFlags config %+v", c)
 	}
 }

@@ -1,254 +1,236 @@
 package speculative
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/specgate/specgate/engine"
 )
 
-// Draft is a draft-model speculator (engine.Speculator and
-// engine.SpecReleaser). One Draft serves all requests of an engine: it keeps
-// no mutable state of its own; each request's draft Sequence and adaptive
-// controller live in SpecState.Data (a *reqState) and are freed by Release.
+// Draft is the draft-model proposer (engine.Proposer): a small model of the
+// target's vocabulary proposes a chain, a static tree or a dynamic
+// (EAGLE-2-style) tree below each request's pending token. One Draft serves
+// all requests of an engine; it keeps one draft Sequence per request (freed
+// by Release) and drafts all requests of a step together: one draft forward
+// catches every request up with its accepted tokens, then one draft
+// forward per depth level for the whole batch.
 type Draft struct {
 	target, draft *engine.Model
 	cfg           Config
 
-	// measure: calibrate costs once at the first adaptive Step (costOnce);
-	// costs is the adaptive controller's cost model (read-only after that).
-	measure  bool
-	costOnce sync.Once
-	costs    costModel
+	mu   sync.Mutex
+	seqs map[engine.RequestID]*engine.Sequence
 
-	// rule selects the stochastic acceptance rule; tests set deliberately
-	// wrong ones (negative controls). Zero = the lossless rule.
+	// rule selects a deliberately wrong way of drafting for sampled
+	// requests (negative controls in the tests). Zero = correct.
 	rule rule
 }
 
-var (
-	_ engine.Speculator   = (*Draft)(nil)
-	_ engine.SpecReleaser = (*Draft)(nil)
-)
+var _ engine.Proposer = (*Draft)(nil)
 
-// rule is a stochastic acceptance variant.
+// rule is a drafting variant for negative controls.
 type rule int
 
 const (
 	ruleLossless rule = iota
-	// ruleBonusFromP (wrong): after rejections, sample the correction token
-	// from the target p instead of the residual norm(max(0, p - q)).
-	ruleBonusFromP
 	// ruleTopKChildren (wrong): children are the draft's top tokens
-	// (deterministic) but verified as if they were draws from q.
+	// (deterministic) but labelled as draws from q.
 	ruleTopKChildren
 )
 
-// Config returns the speculator's configuration with defaults filled in.
+// Config returns the proposer's configuration with defaults filled in.
 func (d *Draft) Config() Config { return d.cfg }
 
-// reqState is one request's speculator state (SpecState.Data).
-type reqState struct {
-	seq *engine.Sequence // draft KV; a prefix of target tokens + Pending, plus chain leftovers
-	ctl controller
-}
-
-// Release frees the request's draft KV (engine.SpecReleaser).
-func (d *Draft) Release(s *engine.SpecState) {
-	if st, ok := s.Data.(*reqState); ok && st.seq != nil {
-		st.seq.Free()
-		st.seq = nil
+// Release frees the request's draft KV.
+func (d *Draft) Release(id engine.RequestID) {
+	d.mu.Lock()
+	s := d.seqs[id]
+	delete(d.seqs, id)
+	d.mu.Unlock()
+	if s != nil {
+		s.Free()
 	}
 }
 
-// Step implements engine.Speculator: sync the draft with the accepted
-// tokens, propose a tree, verify it with one target forward, keep the
-// accepted path. See the package doc for the acceptance rules.
-func (d *Draft) Step(s *engine.SpecState) ([]int32, error) {
-	st, _ := s.Data.(*reqState)
-	if st == nil {
-		st = &reqState{ctl: newController(d.cfg.K)}
-		s.Data = st
+// draftReq is one request's drafting state within a Propose call.
+type draftReq struct {
+	idx      int // index in the Propose call
+	r        *engine.ProposeRequest
+	seq      *engine.Sequence
+	p        *proposal
+	greedy   bool
+	depth    int // levels to draft
+	budget   int // nodes
+	frontier []int
+	cums     []float64 // cumulative draft probability, indexed like p.q
+	fresh    []int     // nodes added at the current level
+}
+
+// Propose implements engine.Proposer.
+func (d *Draft) Propose(ctx context.Context, reqs []engine.ProposeRequest) ([]engine.Proposal, error) {
+	out := make([]engine.Proposal, len(reqs))
+	maxPos := d.draft.Config.MaxPositions
+	var all, work []*draftReq
+	var items []engine.BatchItem
+	for i := range reqs {
+		r := &reqs[i]
+		out[i].Source = "draft"
+		want := make([]int32, 0, len(r.Prompt)+len(r.Generated))
+		want = append(append(want, r.Prompt...), r.Generated...)
+		depth := min(d.cfg.K, r.MaxDepth, maxPos-1-len(want))
+		budget := min(d.cfg.Budget, r.Budget)
+		if depth <= 0 || budget <= 0 {
+			continue
+		}
+		d.mu.Lock()
+		seq := d.seqs[r.ID]
+		if seq == nil {
+			seq = d.draft.NewSequence()
+			d.seqs[r.ID] = seq
+		}
+		d.mu.Unlock()
+		have := seq.Tokens()
+		lcp := 0
+		for lcp < len(have) && lcp < len(want)-1 && have[lcp] == want[lcp] {
+			lcp++
+		}
+		seq.Truncate(lcp)
+		rest := want[lcp:]
+		dr := &draftReq{idx: i, r: r, seq: seq, greedy: r.Params.Temperature <= 0, depth: depth, budget: budget}
+		dr.p = &proposal{tree: &Tree{}, greedy: dr.greedy}
+		work = append(work, dr)
+		items = append(items, engine.BatchItem{Seq: seq, Tokens: rest, LogitsRows: []int32{int32(len(rest) - 1)}})
 	}
-	committed := s.Seq.Len()
-	// depth limits: tokens the engine still wants (accepted + bonus), and
-	// positions: the deepest node sits at committed + depth.
-	maxPos := min(d.target.Config.MaxPositions, d.draft.Config.MaxPositions)
-	limit := min(d.cfg.K, s.MaxNew-1, maxPos-1-committed)
-	depth := limit
-	var conf *costModel // adaptive greedy chains: depth from the draft's confidence
-	if d.cfg.Adaptive && limit > 0 {
-		if d.measure {
-			d.costOnce.Do(func() {
-				if cm, err := measureCosts(d.target, d.draft, min(d.nodesAt(d.cfg.K)+1, 32), 12); err == nil {
-					d.costs = cm
+	if len(work) == 0 {
+		return out, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	work, items = d.forward(work, items)
+	all = append(all, work...)
+	for j, dr := range work {
+		dr.p.q = [][]float64{d.dist(dr.r, items[j].Logits, nil, dr.greedy)}
+		dr.cums = []float64{1}
+		dr.frontier = []int{-1}
+	}
+	V := d.draft.Config.VocabSize
+	for lvl := 1; len(work) > 0; lvl++ {
+		var next []*draftReq
+		items = items[:0]
+		for _, dr := range work {
+			p := dr.p
+			counts := d.allocate(p, dr.cums, dr.frontier, lvl, dr.budget-p.tree.Len())
+			dr.fresh = dr.fresh[:0]
+			for i, f := range dr.frontier {
+				if counts[i] == 0 {
+					continue
 				}
-			})
-		}
-		depth = st.ctl.plan(limit, d.nodesAt, d.costs, s.Active)
-		if depth > 0 && d.cfg.Method == MethodChain && s.Params.Temperature <= 0 {
-			// greedy chains: the plan decides whether to speculate; how deep
-			// follows the draft's confidence per level (propose).
-			depth, conf = limit, &d.costs
-		}
-	}
-	if depth <= 0 {
-		return s.PlainStep()
-	}
-	rootRow, err := d.sync(s, st)
-	if errors.Is(err, engine.ErrKVExhausted) {
-		// the draft's KV is shared by all requests: give ours back and decode plainly.
-		st.seq.Truncate(0)
-		return s.PlainStep()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("speculative: draft catch-up: %w", err)
-	}
-	p, err := d.propose(s, st, rootRow, depth, conf)
-	if errors.Is(err, engine.ErrKVExhausted) {
-		st.seq.Truncate(0)
-		return s.PlainStep()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("speculative: draft proposal: %w", err)
-	}
-	if p.tree.Len() == 0 {
-		return s.PlainStep()
-	}
-	logits, err := s.ForwardTree(p.tree.Tokens, p.tree.Parents)
-	if errors.Is(err, engine.ErrKVExhausted) {
-		return s.PlainStep() // the tree does not fit in the target's KV now; one token may
-	}
-	if err != nil {
-		return nil, fmt.Errorf("speculative: target verification: %w", err)
-	}
-	path, bonus, trials := d.accept(s, p, logits)
-	if err := s.KeepTree(path); err != nil {
-		return nil, fmt.Errorf("speculative: keep accepted path: %w", err)
-	}
-	s.Stats.Proposed += p.tree.Len()
-	s.Stats.Accepted += len(path)
-	st.ctl.update(trials, len(path))
-	st.ctl.calibrate(p.conf, len(path))
-	out := make([]int32, 0, len(path)+1)
-	for _, n := range path {
-		out = append(out, p.tree.Tokens[n])
-	}
-	return append(out, bonus), nil
-}
-
-// sync brings the draft sequence to the target's committed tokens plus
-// Pending (reusing the longest common prefix, truncating the rest) and
-// returns the draft logits row after Pending ([VocabSize], owned by the caller).
-func (d *Draft) sync(s *engine.SpecState, st *reqState) ([]float32, error) {
-	if st.seq == nil {
-		st.seq = d.draft.NewSequence()
-	}
-	tgt := s.Seq.Tokens()
-	want := make([]int32, 0, len(tgt)+1)
-	want = append(append(want, tgt...), s.Pending)
-	have := st.seq.Tokens()
-	lcp := 0
-	for lcp < len(have) && lcp < len(want) && have[lcp] == want[lcp] {
-		lcp++
-	}
-	// at least one token to forward, for the logits after Pending.
-	lcp = min(lcp, len(want)-1)
-	if st.seq.Len() > lcp {
-		st.seq.Truncate(lcp)
-	}
-	rest := want[lcp:]
-	return st.seq.Forward(rest, nil, []int32{int32(len(rest) - 1)})
-}
-
-// nodesAt is the number of tree nodes a full proposal of the given depth has
-// (the cost model's verify width).
-func (d *Draft) nodesAt(depth int) int {
-	switch d.cfg.Method {
-	case MethodChain:
-		return depth
-	case MethodDynamic:
-		return min(d.cfg.Budget, d.cfg.Width*depth)
-	}
-	n, level := 0, 1
-	for dd := range depth {
-		level *= d.cfg.Branching[min(dd, len(d.cfg.Branching)-1)]
-		n += level
-		if n >= d.cfg.Budget {
-			return d.cfg.Budget
-		}
-	}
-	return n
-}
-
-// measureCosts times target forwards of n = 1..maxN tokens (a chain-shaped
-// tree below a context of up to 64 tokens; maxN is capped at half the
-// models' context length, dropped again) and one-token draft
-// forwards, reps rounds interleaved, and returns the cost model of the
-// fastest time of each (the least disturbed by other load): fwd[n-1] =
-// t(n)/t(1), made non-decreasing; verify = the mean slope over the table
-// (for larger forwards); draft = t_draft(1)/t(1). It allocates two short
-// sequences from the models' KV pools and frees them.
-func measureCosts(target, draft *engine.Model, maxN, reps int) (costModel, error) {
-	V := min(target.Config.VocabSize, draft.Config.VocabSize)
-	maxPos := min(target.Config.MaxPositions, draft.Config.MaxPositions)
-	maxN = min(maxN, maxPos/2)
-	ctx := make([]int32, max(min(64, maxPos-maxN-1), 1))
-	for i := range ctx {
-		ctx[i] = int32((5 + i%50) % V)
-	}
-	ts, ds := target.NewSequence(), draft.NewSequence()
-	defer ts.Free()
-	defer ds.Free()
-	if _, err := ts.Forward(ctx, nil, []int32{}); err != nil {
-		return costModel{}, err
-	}
-	if _, err := ds.Forward(ctx, nil, []int32{}); err != nil {
-		return costModel{}, err
-	}
-	toks, par := make([]int32, maxN), make([]int32, maxN)
-	for i := range toks {
-		toks[i], par[i] = int32((7+i%50)%V), int32(i)-1
-	}
-	timeit := func(s *engine.Sequence, n int) (time.Duration, error) {
-		t0 := time.Now()
-		if _, err := s.Forward(toks[:n], par[:n], nil); err != nil {
-			return 0, err
-		}
-		d := time.Since(t0)
-		return d, s.KeepTree(nil)
-	}
-	best := make([]time.Duration, maxN+1) // best[n]; best[0] = draft
-	for r := range reps + 1 {             // round 0 warms up
-		for n := 0; n <= maxN; n++ {
-			s, k := ts, n
-			if n == 0 {
-				s, k = ds, 1
+				q := p.q[f+1]
+				var toks []int32
+				if dr.greedy || d.rule == ruleTopKChildren {
+					toks = topN(q, counts[i])
+				} else {
+					toks = drawWithoutReplacement(q, counts[i], dr.r.Rand.Float64)
+				}
+				for _, tok := range toks {
+					n := p.tree.Add(tok, int32(f))
+					dr.cums = append(dr.cums, dr.cums[f+1]*q[tok])
+					p.q = append(p.q, nil)
+					dr.fresh = append(dr.fresh, n)
+				}
 			}
-			dt, err := timeit(s, k)
-			if err != nil {
-				return costModel{}, err
+			if len(dr.fresh) == 0 || lvl >= dr.depth || p.tree.Len() >= dr.budget {
+				continue
 			}
-			if r == 1 || (r > 1 && dt < best[n]) {
-				best[n] = dt
+			next = append(next, dr)
+			items = append(items, d.levelItem(dr))
+		}
+		if len(next) == 0 {
+			break
+		}
+		next, items = d.forward(next, items)
+		for j, dr := range next {
+			rows := items[j].Logits
+			for k, n := range dr.fresh {
+				dr.p.q[n+1] = d.dist(dr.r, rows[k*V:(k+1)*V], dr.p.tree.PathTokens(n), dr.greedy)
+			}
+			dr.frontier = append(dr.frontier[:0], dr.fresh...)
+		}
+		work = next
+	}
+	for _, dr := range all {
+		if dr.seq.TreeLen() > 0 {
+			if err := dr.seq.KeepTree(nil); err != nil {
+				return nil, fmt.Errorf("speculative: drop draft tree: %w", err)
 			}
 		}
+		out[dr.idx] = dr.p.export(dr.greedy && d.rule != ruleTopKChildren)
+		out[dr.idx].Source = "draft"
 	}
-	t1 := best[1].Seconds()
-	if !(t1 > 0) {
-		return costModel{}, fmt.Errorf("speculative: measureCosts: one-token forward took %v", best[1])
+	return out, nil
+}
+
+// levelItem is the draft forward of a request's newest level: chains
+// commit the one new token (cheap; the next catch-up trims it when
+// rejected); trees append the level to the draft's pending tree (parents
+// index the tree so far, -1 = the pending token), so depth d costs d
+// levels of draft compute, not d².
+func (d *Draft) levelItem(dr *draftReq) engine.BatchItem {
+	t := dr.p.tree
+	if d.cfg.Method == MethodChain {
+		return engine.BatchItem{Seq: dr.seq, Tokens: []int32{t.Tokens[dr.fresh[0]]}}
 	}
-	cm := costModel{fwd: make([]float64, maxN), draft: best[0].Seconds() / t1, margin: measuredGain}
-	for n := 1; n <= maxN; n++ {
-		cm.fwd[n-1] = best[n].Seconds() / t1
-		if n > 1 {
-			cm.fwd[n-1] = max(cm.fwd[n-1], cm.fwd[n-2])
+	from := dr.seq.TreeLen()
+	return engine.BatchItem{Seq: dr.seq, Tokens: t.Tokens[from:], Parents: t.Parents[from:]}
+}
+
+// forward runs one batched draft forward; when it fails, the items run one
+// by one and the requests whose forward fails stop drafting (a draft KV
+// that is full costs the draft, never the request). It returns the
+// requests and items that succeeded.
+func (d *Draft) forward(work []*draftReq, items []engine.BatchItem) ([]*draftReq, []engine.BatchItem) {
+	if err := d.draft.ForwardBatch(items); err == nil {
+		return work, items
+	}
+	var okW []*draftReq
+	var okI []engine.BatchItem
+	for j := range items {
+		if err := d.draft.ForwardBatch(items[j : j+1]); err != nil {
+			if work[j].p.tree.Len() == 0 {
+				work[j].seq.Truncate(0)
+			}
+			continue
 		}
+		okW = append(okW, work[j])
+		okI = append(okI, items[j])
 	}
-	if maxN > 1 {
-		cm.verify = (cm.fwd[maxN-1] - 1) / float64(maxN-1)
+	return okW, okI
+}
+
+// export converts a proposal to the engine's form. With greedy, Q is
+// omitted; otherwise every node carries its parent's draft distribution
+// (one shared slice per parent).
+func (p *proposal) export(greedy bool) engine.Proposal {
+	t := p.tree
+	out := engine.Proposal{Tokens: t.Tokens, Parents: t.Parents}
+	if greedy || t.Len() == 0 {
+		return out
 	}
-	return cm, nil
+	out.Q = make([][]float32, t.Len())
+	shared := map[int32][]float32{}
+	for i, par := range t.Parents {
+		q, ok := shared[par]
+		if !ok {
+			src := p.q[par+1]
+			q = make([]float32, len(src))
+			for j, x := range src {
+				q[j] = float32(x)
+			}
+			shared[par] = q
+		}
+		out.Q[i] = q
+	}
+	return out
 }

@@ -85,13 +85,14 @@ func TestLosslessGreedy(t *testing.T) {
 			t.Fatalf("SPECGATE_GREEDY_SHARD=%q: want from:to with 0 <= from <= to <= %d", v, n)
 		}
 	}
-	specs := map[string]*Draft{}
+	engines := map[string]*engine.Engine{}
 	for name, cfg := range greedyModes() {
 		d, err := NewDraft(target, draft, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		specs[name] = d
+		engines[name] = engine.New(target, d.EngineOptions(engine.Options{}))
+		defer engines[name].Close()
 	}
 	e := engine.New(target, engine.Options{})
 	defer e.Close()
@@ -106,7 +107,7 @@ func TestLosslessGreedy(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, name := range names {
-			got, res, err := generate(e, engine.GenerateRequest{Prompt: prompt, MaxTokens: maxTok, Speculator: specs[name]})
+			got, res, err := generate(engines[name], engine.GenerateRequest{Prompt: prompt, MaxTokens: maxTok})
 			if err != nil {
 				t.Fatalf("prompt %d %q, %s: %v", i, text, name, err)
 			}
@@ -155,13 +156,15 @@ func TestLosslessGreedyPenalties(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		se := engine.New(target, d.EngineOptions(engine.Options{}))
+		defer se.Close()
 		for i := range 6 {
 			prompt := []int32{0, int32(1 + i), int32(11 - i), 4}
 			want, _, err := generate(e, engine.GenerateRequest{Prompt: prompt, MaxTokens: 40, Sampling: sp, NoSpeculation: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, res, err := generate(e, engine.GenerateRequest{Prompt: prompt, MaxTokens: 40, Sampling: sp, Speculator: d})
+			got, res, err := generate(se, engine.GenerateRequest{Prompt: prompt, MaxTokens: 40, Sampling: sp})
 			if err != nil {
 				t.Fatal(err)
 			}

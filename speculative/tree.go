@@ -3,7 +3,7 @@
 // tree), one-forward tree verification on the target, greedy and lossless
 // stochastic acceptance (recursive rejection sampling over sampled
 // children), and adaptive speculation length. The entry point is NewDraft,
-// which returns an engine.Speculator.
+// which returns an engine.Proposer; Suffix and Known are model-free proposers.
 package speculative
 
 import (

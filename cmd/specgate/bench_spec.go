@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/specgate/specgate/engine"
@@ -12,7 +14,7 @@ import (
 )
 
 func init() {
-	register("bench-spec", "speculative decoding on CPU: tau, acceptance, tokens/s and speedup per chain/tree mode", runBenchSpec)
+	register("bench-spec", "speculative decoding: tau, acceptance, tokens/s and speedup over plain per mode and concurrency", runBenchSpec)
 }
 
 func runBenchSpec(args []string) error {
@@ -24,10 +26,42 @@ func runBenchSpec(args []string) error {
 	runs := fs.Int("runs", 3, "timed runs per mode; the median run is reported")
 	temp := fs.Float64("temperature", 0, "sampling temperature (0 = greedy; outputs are then checked equal to plain)")
 	threads := fs.Int("threads", 0, "CPU backend threads (0 = GOMAXPROCS)")
-	costs := fs.Bool("costs", true, "also measure the cost model's verify and draft costs on this machine")
 	backend := fs.String("backend", "cpu", "cpu or cuda (both models on the GPU)")
+	concFlag := fs.String("concurrency", "1", "comma-separated requests in flight, e.g. 1,8,32")
+	modesFlag := fs.String("modes", "", "comma-separated mode names to run (default all); plain always runs first")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var conc []int
+	for _, f := range strings.Split(*concFlag, ",") {
+		c, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || c < 1 || c > 256 {
+			return fmt.Errorf("bench-spec: --concurrency %q: want comma-separated integers in [1, 256]", *concFlag)
+		}
+		conc = append(conc, c)
+	}
+	modes := speculative.DefaultBenchModes()
+	if *modesFlag != "" {
+		want := map[string]bool{}
+		for _, f := range strings.Split(*modesFlag, ",") {
+			want[strings.TrimSpace(f)] = true
+		}
+		sel := modes[:1]
+		for _, m := range modes[1:] {
+			if want[m.Name] {
+				sel = append(sel, m)
+				delete(want, m.Name)
+			}
+		}
+		delete(want, "plain")
+		if len(want) > 0 {
+			var names []string
+			for _, m := range modes {
+				names = append(names, m.Name)
+			}
+			return fmt.Errorf("bench-spec: --modes: unknown mode(s) %v; modes: %s", want, strings.Join(names, ", "))
+		}
+		modes = sel
 	}
 	all := speculative.BenchPrompts()
 	if *prompts < 1 || *prompts > len(all) || *tokens < 1 || *tokens > 512 || *runs < 1 || *runs > 20 {
@@ -49,26 +83,20 @@ func runBenchSpec(args []string) error {
 	if err != nil {
 		return err
 	}
+	start := time.Now()
 	var ps [][]int32
 	for _, p := range all[:*prompts] {
 		ps = append(ps, tm.Tokenizer.Encode(p, true))
 	}
-	start := time.Now()
 	rows, err := speculative.Bench(tm, dm, speculative.BenchOptions{Prompts: ps, MaxNew: *tokens, Runs: *runs,
-		Sampling: engine.SamplingParams{Temperature: float32(*temp)}})
+		Sampling: engine.SamplingParams{Temperature: float32(*temp)}, Concurrency: conc, Modes: modes,
+		Progress: func(s string) { fmt.Fprintf(os.Stderr, "bench-spec: %s (%v)\n", s, time.Since(start).Round(time.Second)) }})
 	if err != nil {
 		return err
 	}
-	fmt.Printf("target %s, draft %s; %d prompts x %d new tokens, temperature %g, median of %d run(s), batch 1, %s backend\n\n",
-		*target, *draft, *prompts, *tokens, *temp, *runs, *backend)
+	fmt.Printf("target %s, draft %s; %d prompts x %d new tokens, temperature %g, median of %d run(s), concurrency %s, %s backend\n\n",
+		*target, *draft, *prompts, *tokens, *temp, *runs, *concFlag, *backend)
 	fmt.Print(speculative.FormatBench(rows))
-	if *costs {
-		v, d, err := speculative.ForwardCosts(tm, dm, 8, 3)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("\ncost model on this machine: each extra verified token costs %.2f of a one-token target forward; a draft forward %.2f\n", v, d)
-	}
 	fmt.Fprintf(os.Stderr, "bench-spec: %v\n", time.Since(start).Round(time.Second))
 	return nil
 }

@@ -20,9 +20,9 @@ import (
 type generateExtension struct {
 	// addFlags defines the extension's flags on fs.
 	addFlags func(fs *flag.FlagSet)
-	// build returns a Speculator for the loaded target, or nil when its
-	// flags ask for none.
-	build func(target *engine.Model) (engine.Speculator, error)
+	// build returns the engine options for the loaded target with the
+	// extension's proposers added (o unchanged when its flags ask for none).
+	build func(target *engine.Model, o engine.Options) (engine.Options, error)
 	// report returns a line summarising res (e.g. acceptance), or "".
 	report func(res engine.Result) string
 }
@@ -79,14 +79,10 @@ func runGenerate(args []string) error {
 	} else {
 		ids = m.Tokenizer.Encode(text, true)
 	}
-	var spec engine.Speculator
+	var eo engine.Options
 	for _, e := range generateExtensions {
-		s, err := e.build(m)
-		if err != nil {
+		if eo, err = e.build(m, eo); err != nil {
 			return err
-		}
-		if s != nil {
-			spec = s
 		}
 	}
 	sp := engine.SamplingParams{Temperature: float32(*temp), TopP: float32(*topP), TopK: *topK, MinP: float32(*minP)}
@@ -94,7 +90,7 @@ func runGenerate(args []string) error {
 		s := uint64(*seed)
 		sp.Seed = &s
 	}
-	e := engine.New(m, engine.Options{Speculator: spec})
+	e := engine.New(m, eo)
 	defer e.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

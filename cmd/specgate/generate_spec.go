@@ -17,13 +17,14 @@ func init() {
 		addFlags: func(fs *flag.FlagSet) {
 			fs.StringVar(&draft, "draft", "", "draft model directory (enables speculative decoding)")
 			fs.StringVar(&method, "spec", "chain", "speculation shape: chain | tree | dynamic")
-			fs.IntVar(&k, "spec-k", 0, "chain length / tree depth (0 = adaptive)")
+			fs.IntVar(&k, "spec-k", 0, "chain length / tree depth, every step (0 = adaptive: the engine drafts only what pays)")
 		},
-		build: func(target *engine.Model) (engine.Speculator, error) {
-			if draft == "" {
-				return nil, nil
+		build: func(target *engine.Model, o engine.Options) (engine.Options, error) {
+			d, err := speculative.FromFlags(target, draft, method, k)
+			if err != nil || d == nil {
+				return o, err
 			}
-			return speculative.FromFlags(target, draft, method, k)
+			return d.EngineOptions(o), nil
 		},
 		report: func(res engine.Result) string {
 			st := res.Spec

@@ -143,7 +143,7 @@ func loadModels(cfg *gateway.Config, log *slog.Logger) ([]*gateway.LocalModel, f
 			closeAll()
 			return nil, nil, fmt.Errorf("models[%d] %s: path %s: no tokenizer.json", i, mc.Name, mc.Path)
 		}
-		var spec engine.Speculator
+		eo := engine.Options{MaxBatch: mc.MaxBatch}
 		switch mc.Speculative.Method {
 		case "draft":
 			dm, err := engine.Load(mc.Draft, lo)
@@ -153,8 +153,12 @@ func loadModels(cfg *gateway.Config, log *slog.Logger) ([]*gateway.LocalModel, f
 				return nil, nil, fmt.Errorf("models[%d] %s: draft %s: %w", i, mc.Name, mc.Draft, err)
 			}
 			sc, err := speculativeConfig(mc.Speculative)
+			var d *speculative.Draft
 			if err == nil {
-				spec, err = speculative.NewDraft(m, dm, sc)
+				d, err = speculative.NewDraft(m, dm, sc)
+			}
+			if err == nil {
+				eo = d.EngineOptions(eo)
 			}
 			if err != nil {
 				_ = dm.Close()
@@ -168,7 +172,6 @@ func loadModels(cfg *gateway.Config, log *slog.Logger) ([]*gateway.LocalModel, f
 			closeAll()
 			return nil, nil, fmt.Errorf("models[%d] %s: speculative.method medusa: %w", i, mc.Name, errSpecUnavailable)
 		}
-		eo := engine.Options{MaxBatch: mc.MaxBatch, Speculator: spec}
 		if backend == "cuda" || backend == "auto" { // auto fell back to "cpu" when there is no GPU
 			// multi-step greedy decoding for a lone greedy request: one host
 			// round trip per 8 tokens (docs/cuda.md)
