@@ -3,6 +3,7 @@ package speculative
 import (
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 

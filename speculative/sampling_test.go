@@ -3,8 +3,8 @@ package speculative
 import (
 	"context"
 	"sync"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/specgate/specgate/engine"
 )

@@ -90,7 +90,9 @@ func runBenchSpec(args []string) error {
 	}
 	rows, err := speculative.Bench(tm, dm, speculative.BenchOptions{Prompts: ps, MaxNew: *tokens, Runs: *runs,
 		Sampling: engine.SamplingParams{Temperature: float32(*temp)}, Concurrency: conc, Modes: modes,
-		Progress: func(s string) { fmt.Fprintf(os.Stderr, "bench-spec: %s (%v)\n", s, time.Since(start).Round(time.Second)) }})
+		Progress: func(s string) {
+			fmt.Fprintf(os.Stderr, "bench-spec: %s (%v)\n", s, time.Since(start).Round(time.Second))
+		}})
 	if err != nil {
 		return err
 	}
