@@ -3,7 +3,6 @@ package speculative
 import (
 	"fmt"
 	"os"
-	"sync"
 	"testing"
 	"time"
 

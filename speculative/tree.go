@@ -1,9 +1,8 @@
-// Package speculative implements speculative decoding for the engine: token
-// trees, a draft-model proposer (chain, static tree, dynamic EAGLE-2-style
-// tree), one-forward tree verification on the target, greedy and lossless
-// stochastic acceptance (recursive rejection sampling over sampled
-// children), and adaptive speculation length. The entry point is NewDraft,
-// which returns an engine.Proposer; Suffix and Known are model-free proposers.
+// Package speculative holds the engine's draft sources (engine.Proposer):
+// a draft-model proposer (chain, static tree, dynamic EAGLE-2-style tree;
+// NewDraft), model-free proposers over text the gateway holds (Suffix,
+// Known), token trees, and the speculative benchmark. Verification and the
+// adaptive draft budget live in the engine.
 package speculative
 
 import (
