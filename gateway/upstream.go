@@ -26,10 +26,11 @@ const maxUpstreamBody = 64 << 20
 
 // upstream is one OpenAI-compatible server.
 type upstream struct {
-	cfg    UpstreamConfig
-	base   *url.URL
-	key    string
-	client *http.Client
+	cfg      UpstreamConfig
+	base     *url.URL
+	key      string
+	client   *http.Client
+	buffered *http.Client // buffered calls (fastupstream.go); nil = client
 }
 
 func newUpstream(cfg UpstreamConfig, getenv func(string) string, rt http.RoundTripper) (*upstream, error) {
@@ -42,6 +43,7 @@ func newUpstream(cfg UpstreamConfig, getenv func(string) string, rt http.RoundTr
 		u.key = getenv(cfg.APIKeyEnv)
 	}
 	if rt == nil {
+		u.buffered = &http.Client{Transport: newFastTransport(maxUpstreamBody)}
 		rt = &http.Transport{
 			Proxy:                 nil,
 			DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -85,7 +87,7 @@ func (u *upstream) do(ctx context.Context, method, path string, body []byte, hdr
 		if u.key != "" {
 			req.Header.Set("Authorization", "Bearer "+u.key)
 		}
-		resp, err := u.client.Do(req)
+		resp, err := u.clientFor(ctx).Do(req)
 		if !retryable(resp, err) || attempt >= u.cfg.Retries || ctx.Err() != nil {
 			if err != nil {
 				met.upstreamReqs.WithLabelValues(u.cfg.Name, "error").Inc()
@@ -276,7 +278,7 @@ func (s *Server) forwardBuffered(c *fiber.Ctx, ur *upstreamRoute, path string, b
 	if err != nil {
 		return 0, "", nil, err
 	}
-	ctx, cancel := context.WithTimeout(s.baseCtx, ur.up.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(withBuffered(s.baseCtx), ur.up.cfg.Timeout)
 	defer cancel()
 	watch := watchConnLazily(c.Context().Conn(), func() { cancel() })
 	defer watch.stop()
