@@ -68,13 +68,14 @@ func TestSpeculativeGreedyOnGPU(t *testing.T) {
 		{"chain", speculative.Config{Method: speculative.MethodChain, K: 4}},
 		{"tree", speculative.Config{Method: speculative.MethodTree, K: 3, Branching: []int{3, 2, 1}, Budget: 7}},
 	}
-	specs := make([]*speculative.Draft, len(modes))
+	specs := make([]*engine.Engine, len(modes))
 	for i, md := range modes {
 		d, err := speculative.NewDraft(target, draft, md.cfg)
 		if err != nil {
 			t.Fatalf("%s: %v", md.name, err)
 		}
-		specs[i] = d
+		specs[i] = engine.New(target, d.EngineOptions(engine.Options{}))
+		defer specs[i].Close()
 	}
 	e := engine.New(target, engine.Options{})
 	defer e.Close()
@@ -88,7 +89,7 @@ func TestSpeculativeGreedyOnGPU(t *testing.T) {
 		}
 		plain += len(want) // a prompt may end at once (EOS first); its speculative run must agree
 		for mi, md := range modes {
-			got, res, err := genTokens(e, engine.GenerateRequest{Prompt: prompt, MaxTokens: maxTok, Speculator: specs[mi]})
+			got, res, err := genTokens(specs[mi], engine.GenerateRequest{Prompt: prompt, MaxTokens: maxTok})
 			if err != nil {
 				t.Fatalf("prompt %d %s: %v", i, md.name, err)
 			}
