@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/internal/stattest"
 )
 
 // perturb returns a copy of toks with every period-th token replaced, one
@@ -219,8 +220,8 @@ func TestLosslessSamplingDrafts(t *testing.T) {
 			}
 			c1, c3, tau := draftSamples(t, e, c.mk, prompt, params, n, uint64(300+i))
 			p3 := thirdDist(t, target, prompt, params)
-			s1, df1, pv1 := chiSquare(c1, p0)
-			s3, df3, pv3 := chiSquare(c3, p3)
+			s1, df1, pv1 := stattest.ChiSquare(c1, p0)
+			s3, df3, pv3 := stattest.ChiSquare(c3, p3)
 			t.Logf("%d samples, accepted/step %.2f: first token chi2 %.1f df %d p %.4f; third token chi2 %.1f df %d p %.4f",
 				n, tau, s1, df1, pv1, s3, df3, pv3)
 			if c.lossy {

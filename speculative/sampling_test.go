@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/internal/stattest"
 )
 
 // tinyConfig is a 12-token model: small enough to enumerate every
@@ -181,8 +182,8 @@ func TestLosslessSampling(t *testing.T) {
 			}
 			d.rule = c.rule
 			c1, c3, tau := specSamples(t, d, target, prompt, c.params, n, uint64(100+i))
-			s1, df1, pv1 := chiSquare(c1, p1)
-			s3, df3, pv3 := chiSquare(c3, p3)
+			s1, df1, pv1 := stattest.ChiSquare(c1, p1)
+			s3, df3, pv3 := stattest.ChiSquare(c3, p3)
 			t.Logf("%d samples, TV(p,q) %.3f, accepted/step %.2f: first token chi2 %.1f df %d p %.4f; third token chi2 %.1f df %d p %.4f",
 				n, tv, tau, s1, df1, pv1, s3, df3, pv3)
 			if c.lossy {
