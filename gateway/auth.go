@@ -81,16 +81,14 @@ func (k *keyState) refill(now time.Time) {
 	}
 }
 
-// admit takes one request from the bucket. On refusal it says which limit
-// and how long until a retry can succeed.
+// admit takes one request from the request bucket. On refusal it says
+// which limit and how long until a retry can succeed.
 func (k *keyState) admit(now time.Time) (ok bool, which string, retry time.Duration) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.refill(now)
-	if k.lim.TokensPerMinute > 0 && k.tokTokens < 1 {
-		need := 1 - k.tokTokens
-		return false, "tokens", time.Duration(need / (float64(k.lim.TokensPerMinute) / 60) * float64(time.Second))
-	}
+	// The token budget is checked by reserve, once the request's size is
+	// known.
 	if k.lim.RequestsPerSecond > 0 {
 		if k.reqTokens < 1 {
 			need := 1 - k.reqTokens
@@ -109,15 +107,86 @@ func (k *keyState) remaining(now time.Time) (requests, tokens int) {
 	return int(math.Max(0, k.reqTokens)), int(math.Max(0, k.tokTokens))
 }
 
-// charge takes n tokens from the token bucket after a request finished.
-func (k *keyState) charge(n int, now time.Time) {
+// reserve takes n tokens from the token bucket at admission, before the
+// request runs, so that concurrent requests cannot all pass on the same
+// budget. A request fits when the bucket holds min(n, TokensPerMinute)
+// tokens: one larger than the whole per-minute budget is admitted only into
+// a full bucket and then drives it negative (it pays in waiting time for
+// the next requests). On refusal it reports how long until the request
+// would fit.
+func (k *keyState) reserve(n int, now time.Time) (ok bool, retry time.Duration) {
 	if k.lim.TokensPerMinute <= 0 || n <= 0 {
+		return true, 0
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.refill(now)
+	need := math.Min(float64(n), float64(k.lim.TokensPerMinute))
+	if k.tokTokens < need {
+		rate := float64(k.lim.TokensPerMinute) / 60
+		return false, time.Duration((need - k.tokTokens) / rate * float64(time.Second))
+	}
+	k.tokTokens -= float64(n)
+	return true, 0
+}
+
+// charge takes n tokens from the token bucket (n < 0 gives tokens back, up
+// to the bucket's capacity).
+func (k *keyState) charge(n int, now time.Time) {
+	if k.lim.TokensPerMinute <= 0 || n == 0 {
 		return
 	}
 	k.mu.Lock()
 	k.refill(now)
-	k.tokTokens -= float64(n)
+	k.tokTokens = math.Min(float64(k.lim.TokensPerMinute), k.tokTokens-float64(n))
 	k.mu.Unlock()
+}
+
+// reservation is what a request took from its key's token bucket at
+// admission. settle replaces it by what the request really used.
+type reservation struct {
+	k    *keyState
+	n    int
+	once sync.Once
+}
+
+// settle charges used tokens instead of the reserved ones (the difference
+// goes back to the bucket, or is taken from it when the request used more).
+// Safe on a nil reservation and more than once (only the first counts).
+func (r *reservation) settle(used int) {
+	if r == nil {
+		return
+	}
+	r.once.Do(func() {
+		if used < 0 {
+			used = 0
+		}
+		r.k.charge(used-r.n, time.Now())
+	})
+}
+
+// reserveTokens takes n tokens from the caller's key (no-op without keys or
+// a tokens-per-minute limit): nil reservation and nil error when nothing
+// was reserved, a 429 with Retry-After when the budget does not allow n.
+func (s *Server) reserveTokens(c *fiber.Ctx, n int) (*reservation, error) {
+	ks, _ := c.Locals(localKey).(*keyState)
+	if ks == nil || ks.lim.TokensPerMinute <= 0 {
+		return nil, nil
+	}
+	now := time.Now()
+	ok, retry := ks.reserve(n, now)
+	_, tokLeft := ks.remaining(now)
+	c.Set("X-Ratelimit-Remaining-Tokens", strconv.Itoa(tokLeft))
+	if !ok {
+		s.met.rateLimited.WithLabelValues(ks.tenant, "tokens").Inc()
+		if retry < time.Second {
+			retry = time.Second
+		}
+		return nil, &APIError{Status: http.StatusTooManyRequests, Type: "tokens", Code: "rate_limit_exceeded", RetryAfter: retry,
+			Message: fmt.Sprintf("Rate limit reached for tenant %s on tokens per min: this request reserves %d tokens (prompt plus max_tokens) and %d are left. Please try again in %s.",
+				ks.tenant, n, tokLeft, retry.Round(time.Millisecond))}
+	}
+	return &reservation{k: ks, n: n}, nil
 }
 
 func bearer(c *fiber.Ctx) string {

@@ -95,9 +95,18 @@ type UpstreamConfig struct {
 	APIKeyEnv string            `yaml:"api_key_env"`
 	Models    []string          `yaml:"models"`
 	Aliases   map[string]string `yaml:"aliases"` // alias -> upstream model name
-	Timeout   time.Duration     `yaml:"timeout"`
-	Retries   int               `yaml:"retries"`
-	Backoff   time.Duration     `yaml:"backoff"` // first retry delay; doubles each retry
+	// Timeout bounds the wait for the upstream's response headers, once
+	// per request: retries and backoff included (JSON and streams alike).
+	Timeout time.Duration `yaml:"timeout"`
+	// IdleTimeout bounds every wait for more of the body once the headers
+	// arrived: between stream events, or within a JSON body (default 60s).
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	Retries     int           `yaml:"retries"`
+	Backoff     time.Duration `yaml:"backoff"` // first retry delay; doubles each retry
+	// DefaultMaxTokens is the completion length reserved from a key's
+	// tokens-per-minute budget when a request gives no max_tokens
+	// (default 1024); the reservation is settled with the upstream's usage.
+	DefaultMaxTokens int `yaml:"default_max_tokens"`
 }
 
 // CacheConfig is the semantic cache section.
@@ -204,6 +213,12 @@ func (c *Config) applyDefaults() {
 		}
 		if u.Backoff == 0 {
 			u.Backoff = 100 * time.Millisecond
+		}
+		if u.IdleTimeout == 0 {
+			u.IdleTimeout = 60 * time.Second
+		}
+		if u.DefaultMaxTokens == 0 {
+			u.DefaultMaxTokens = 1024
 		}
 	}
 	cc := &c.Cache
@@ -424,6 +439,12 @@ func (c *Config) Validate() error {
 		}
 		if u.Retries < 0 || u.Retries > 10 {
 			return bad("%s.retries %d: must be in [0,10]", where, u.Retries)
+		}
+		if u.Timeout < 0 || u.IdleTimeout < 0 {
+			return bad("%s: timeout and idle_timeout must be > 0", where)
+		}
+		if u.DefaultMaxTokens < 0 {
+			return bad("%s.default_max_tokens %d: must be >= 0", where, u.DefaultMaxTokens)
 		}
 	}
 	tenants := map[string]bool{}

@@ -40,6 +40,31 @@ type job struct {
 
 func (j *job) choices() int { return len(j.prompts) * j.n }
 
+// fallbackMaxTokens is what a request reserves for its completion when
+// neither it nor the model bounds the length and the model's context
+// length is unknown.
+const fallbackMaxTokens = 4096
+
+// reserveTokens is what the job takes from its key's tokens-per-minute
+// budget at admission: every choice's prompt plus its max_tokens (the
+// model's default_max_tokens when the request gives none, else the rest of
+// the context).
+func (j *job) reserveTokens() int {
+	n := 0
+	for i := 0; i < j.choices(); i++ {
+		p := len(j.prompts[i/j.n])
+		m := j.gen.MaxTokens
+		if m <= 0 {
+			m = fallbackMaxTokens
+			if j.model.ContextLength > p {
+				m = j.model.ContextLength - p
+			}
+		}
+		n += p + m
+	}
+	return n
+}
+
 // request builds the engine request of choice i.
 func (j *job) request(i int) engine.GenerateRequest {
 	r := j.gen

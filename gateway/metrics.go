@@ -44,7 +44,7 @@ func newMetrics(reg *prometheus.Registry, models []*LocalModel) (*metrics, error
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "specgate_tokens_total",
 			Help: "Tokens by model and kind (prompt, completion, cached_prompt)."}, []string{"model", "kind"}),
 		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "specgate_time_to_first_token_seconds",
-			Help: "Streaming time to first token by model.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"model"}),
+			Help: "Time to the first generated token by model (streamed and non-streamed generations; not cache hits).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"model"}),
 		specSteps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "specgate_spec_steps_total",
 			Help: "Speculative verification steps (target forwards in decode)."}, []string{"model"}),
 		specProposed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "specgate_spec_proposed_tokens_total",

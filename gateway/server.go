@@ -484,6 +484,9 @@ func (s *Server) handleChat(c *fiber.Ctx) error {
 		return aerr
 	}
 	if ur != nil {
+		if err := s.reserveUpstream(c, ur, body); err != nil {
+			return err
+		}
 		return s.proxyChat(c, ur, body, head)
 	}
 	var req ChatCompletionRequest
@@ -511,6 +514,9 @@ func (s *Server) handleCompletions(c *fiber.Ctx) error {
 		return aerr
 	}
 	if ur != nil {
+		if err := s.reserveUpstream(c, ur, body); err != nil {
+			return err
+		}
 		return s.proxy(c, ur, "/completions", body, head.Stream != nil && *head.Stream)
 	}
 	var req CompletionRequest

@@ -45,13 +45,12 @@ func newUpstream(cfg UpstreamConfig, getenv func(string) string, rt http.RoundTr
 	if rt == nil {
 		u.buffered = &http.Client{Transport: newFastTransport(maxUpstreamBody)}
 		rt = &http.Transport{
-			Proxy:                 nil,
-			DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:          4096,
-			MaxIdleConnsPerHost:   1024,
-			IdleConnTimeout:       90 * time.Second,
-			ResponseHeaderTimeout: cfg.Timeout,
-			ForceAttemptHTTP2:     true,
+			Proxy:               nil,
+			DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        4096,
+			MaxIdleConnsPerHost: 1024,
+			IdleConnTimeout:     90 * time.Second,
+			ForceAttemptHTTP2:   true,
 		}
 	}
 	u.client = &http.Client{Transport: rt}
@@ -71,15 +70,68 @@ func retryable(resp *http.Response, err error) bool {
 	return resp.StatusCode >= 500
 }
 
+// The upstream timeout policy, the same for JSON and streams:
+//
+//   - timeout (upstreams[].timeout) bounds the time until the upstream
+//     answers, once for the whole request: connection, retries and backoff
+//     included. A stream has answered when its response headers arrive; a
+//     JSON answer (read whole by the buffered client) when its body is in;
+//   - idle_timeout (upstreams[].idle_timeout) then bounds every wait for the
+//     next bytes of a stream (and of a JSON body read through a custom
+//     Options.UpstreamTransport).
+var (
+	errHeaderTimeout = errors.New("no response headers in time")
+	errIdleTimeout   = errors.New("no data in time")
+)
+
+// upstreamErr is an upstream failure: it wraps ErrUpstream and the real
+// cause, and its message names the upstream once.
+type upstreamErr struct {
+	name    string
+	timeout bool  // a timeout of the policy above
+	err     error // the cause
+}
+
+func (e *upstreamErr) Error() string   { return "gateway: upstream " + e.name + ": " + e.err.Error() }
+func (e *upstreamErr) Unwrap() []error { return []error{ErrUpstream, e.err} }
+
+func (u *upstream) fail(err error) error {
+	return &upstreamErr{name: u.cfg.Name, err: err}
+}
+
 // do sends one request with retries and exponential backoff (plus jitter)
-// until a response that is not retryable, the retries are spent, or ctx ends.
-// The caller closes the returned body.
-func (u *upstream) do(ctx context.Context, method, path string, body []byte, hdr http.Header, met *metrics) (*http.Response, error) {
+// until a response that is not retryable, the retries are spent, ctx ends
+// or the timeout for the response headers passes. The returned body is
+// bounded by the idle timeout between reads; the caller closes it.
+func (u *upstream) do(parent context.Context, method, path string, body []byte, hdr http.Header, met *metrics) (*http.Response, error) {
+	ctx, cancelCause := context.WithCancelCause(parent)
+	cancel := cancelCause
+	if u.clientFor(parent) == u.buffered {
+		// The buffered (fasthttp) client reads the whole answer within the
+		// context's deadline and cannot be cancelled otherwise.
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeoutCause(ctx, u.cfg.Timeout, errHeaderTimeout)
+		cancel = func(err error) { cancelCause(err); stop() }
+	}
+	headerTimer := time.AfterFunc(u.cfg.Timeout, func() { cancel(errHeaderTimeout) })
+	failed := func(err error) (*http.Response, error) {
+		headerTimer.Stop()
+		cause := context.Cause(ctx)
+		if dl, ok := ctx.Deadline(); ok && cause == nil && !time.Now().Before(dl) {
+			cause = errHeaderTimeout // the socket deadline passed before the context's timer fired
+		}
+		cancel(nil)
+		if errors.Is(cause, errHeaderTimeout) {
+			return nil, &upstreamErr{name: u.cfg.Name, timeout: true,
+				err: fmt.Errorf("no response within %s (timeout; last error: %w)", u.cfg.Timeout, err)}
+		}
+		return nil, u.fail(err)
+	}
 	var lastErr error
 	for attempt := 0; ; attempt++ {
 		req, err := http.NewRequestWithContext(ctx, method, u.url(path), bytes.NewReader(body))
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrUpstream, u.cfg.Name, err)
+			return failed(err)
 		}
 		for k, vs := range hdr {
 			req.Header[k] = vs
@@ -91,9 +143,14 @@ func (u *upstream) do(ctx context.Context, method, path string, body []byte, hdr
 		if !retryable(resp, err) || attempt >= u.cfg.Retries || ctx.Err() != nil {
 			if err != nil {
 				met.upstreamReqs.WithLabelValues(u.cfg.Name, "error").Inc()
-				return nil, fmt.Errorf("%w: %s: %w", ErrUpstream, u.cfg.Name, err)
+				return failed(err)
 			}
 			met.upstreamReqs.WithLabelValues(u.cfg.Name, strconv.Itoa(resp.StatusCode/100)+"xx").Inc()
+			if !headerTimer.Stop() {
+				resp.Body.Close()
+				return failed(fmt.Errorf("status %d after the deadline", resp.StatusCode))
+			}
+			resp.Body = newIdleBody(resp.Body, u.cfg.IdleTimeout, ctx, cancel)
 			return resp, nil
 		}
 		if err != nil {
@@ -115,10 +172,53 @@ func (u *upstream) do(ctx context.Context, method, path string, body []byte, hdr
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("%w: %s: %w (last: %v)", ErrUpstream, u.cfg.Name, ctx.Err(), lastErr)
+			return failed(lastErr)
 		case <-t.C:
 		}
 	}
+}
+
+// idleBody is an upstream body whose every Read must return within d; a
+// stalled read cancels the request (cause errIdleTimeout). Close ends the
+// request's context.
+type idleBody struct {
+	rc     io.ReadCloser
+	d      time.Duration
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	timer  *time.Timer
+}
+
+func newIdleBody(rc io.ReadCloser, d time.Duration, ctx context.Context, cancel context.CancelCauseFunc) *idleBody {
+	b := &idleBody{rc: rc, d: d, ctx: ctx, cancel: cancel}
+	if d > 0 {
+		b.timer = time.AfterFunc(d, func() { cancel(errIdleTimeout) })
+		b.timer.Stop()
+	}
+	return b
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	if b.timer != nil {
+		b.timer.Reset(b.d)
+	}
+	n, err := b.rc.Read(p)
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	if err != nil && err != io.EOF && errors.Is(context.Cause(b.ctx), errIdleTimeout) {
+		err = fmt.Errorf("%w: nothing for %s (idle_timeout)", errIdleTimeout, b.d)
+	}
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	err := b.rc.Close()
+	b.cancel(nil)
+	return err
 }
 
 // withModel rewrites the body's "model" to target when the client used an
@@ -213,13 +313,26 @@ func (s *Server) proxyChat(c *fiber.Ctx, ur *upstreamRoute, body []byte, head mo
 	}
 	l, out, err := s.cache.Do(s.baseCtx, cr, gen)
 	setCacheHeaders(c, l)
+	res := reservationOf(c)
 	var us *upstreamStatus
 	switch {
 	case errors.As(err, &us):
+		res.settle(0)
 		c.Set(fiber.HeaderContentType, us.ctype)
 		return c.Status(us.status).Send(us.body)
 	case err != nil:
+		res.settle(0)
 		return s.upstreamError(c, ur, err)
+	}
+	switch v := viewOf(l); {
+	case l.Hit && v != nil && v.usage != nil:
+		res.settle(v.usage.TotalTokens)
+	default:
+		if n, ok := usedTokens(out); ok {
+			res.settle(n)
+		} else {
+			res.settle(res.n)
+		}
 	}
 	if v := viewOf(l); l.Hit && v != nil {
 		id := v.storedID
@@ -264,12 +377,18 @@ func (e *upstreamStatus) Error() string { return fmt.Sprintf("upstream status %d
 
 func (s *Server) upstreamError(c *fiber.Ctx, ur *upstreamRoute, err error) error {
 	s.logger(c).Warn("upstream failed", "upstream", ur.up.cfg.Name, "err", err)
-	if errors.Is(err, context.DeadlineExceeded) {
+	var ue *upstreamErr
+	cause := err
+	timeout := errors.Is(err, context.DeadlineExceeded)
+	if errors.As(err, &ue) {
+		cause, timeout = ue.err, timeout || ue.timeout
+	}
+	if timeout {
 		return &APIError{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "upstream_timeout",
-			Message: fmt.Sprintf("Upstream %s did not answer in time.", ur.up.cfg.Name)}
+			Message: fmt.Sprintf("Upstream %s did not answer in time: %v", ur.up.cfg.Name, cause)}
 	}
 	return &APIError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_error",
-		Message: fmt.Sprintf("Upstream %s failed: %v", ur.up.cfg.Name, errors.Unwrap(err))}
+		Message: fmt.Sprintf("Upstream %s failed: %v", ur.up.cfg.Name, cause)}
 }
 
 // forwardBuffered sends body and reads the whole answer (bounded).
@@ -278,7 +397,7 @@ func (s *Server) forwardBuffered(c *fiber.Ctx, ur *upstreamRoute, path string, b
 	if err != nil {
 		return 0, "", nil, err
 	}
-	ctx, cancel := context.WithTimeout(withBuffered(s.baseCtx), ur.up.cfg.Timeout)
+	ctx, cancel := context.WithCancel(withBuffered(s.baseCtx))
 	defer cancel()
 	watch := watchConnLazily(c.Context().Conn(), func() { cancel() })
 	defer watch.stop()
@@ -289,20 +408,88 @@ func (s *Server) forwardBuffered(c *fiber.Ctx, ur *upstreamRoute, path string, b
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxUpstreamBody+1))
 	if err != nil {
-		return 0, "", nil, fmt.Errorf("%w: %s: reading body: %w", ErrUpstream, ur.up.cfg.Name, err)
+		return 0, "", nil, &upstreamErr{name: ur.up.cfg.Name, timeout: errors.Is(err, errIdleTimeout), err: fmt.Errorf("reading the body: %w", err)}
 	}
 	if len(b) > maxUpstreamBody {
-		return 0, "", nil, fmt.Errorf("%w: %s: response exceeds %d bytes", ErrUpstream, ur.up.cfg.Name, maxUpstreamBody)
+		return 0, "", nil, ur.up.fail(fmt.Errorf("response exceeds %d bytes", maxUpstreamBody))
 	}
 	return resp.StatusCode, resp.Header.Get("Content-Type"), b, nil
 }
 
+// reserveUpstream takes a proxied request's tokens from the caller's
+// tokens-per-minute budget before it is forwarded: a prompt estimate (a
+// token per 4 bytes of the body, which overestimates) plus max_tokens (or
+// the upstream's default_max_tokens) per choice. The reservation is kept
+// in the request's locals and settled with the upstream's usage.
+func (s *Server) reserveUpstream(c *fiber.Ctx, ur *upstreamRoute, body []byte) error {
+	var p struct {
+		MaxTokens           *int `json:"max_tokens"`
+		MaxCompletionTokens *int `json:"max_completion_tokens"`
+		N                   *int `json:"n"`
+	}
+	_ = json.Unmarshal(body, &p)
+	maxTok := ur.up.cfg.DefaultMaxTokens
+	if p.MaxCompletionTokens != nil && *p.MaxCompletionTokens > 0 {
+		maxTok = *p.MaxCompletionTokens
+	}
+	if p.MaxTokens != nil && *p.MaxTokens > 0 {
+		maxTok = *p.MaxTokens
+	}
+	n := 1
+	if p.N != nil && *p.N > 1 {
+		n = min(*p.N, 128)
+	}
+	res, err := s.reserveTokens(c, len(body)/4+n*maxTok)
+	if err != nil {
+		return err
+	}
+	c.Locals(localReservation, res)
+	return nil
+}
+
+func reservationOf(c *fiber.Ctx) *reservation {
+	r, _ := c.Locals(localReservation).(*reservation)
+	return r
+}
+
+// usedTokens reads usage.total_tokens of an upstream JSON answer (ok =
+// false when it has none).
+func usedTokens(body []byte) (int, bool) {
+	var u struct {
+		Usage *Usage `json:"usage"`
+	}
+	if json.Unmarshal(body, &u) != nil || u.Usage == nil {
+		return 0, false
+	}
+	return u.Usage.TotalTokens, true
+}
+
+// settleBuffered settles a buffered upstream answer: nothing for a failure
+// or a non-200 status, the reported usage when there is one, else the
+// whole reservation.
+func settleBuffered(res *reservation, status int, body []byte) {
+	if res == nil {
+		return
+	}
+	if status != http.StatusOK {
+		res.settle(0)
+		return
+	}
+	if n, ok := usedTokens(body); ok {
+		res.settle(n)
+		return
+	}
+	res.settle(res.n)
+}
+
 // proxy forwards body to the upstream at path and relays the answer:
-// buffered, or (stream) piped through as it arrives. Retries happen only
-// before any byte reached the client.
+// buffered, or (stream) relayed event by event as it arrives. Retries
+// happen only before any byte reached the client.
 func (s *Server) proxy(c *fiber.Ctx, ur *upstreamRoute, path string, body []byte, stream bool) error {
+	res := reservationOf(c)
 	if !stream {
 		st, ct, b, err := s.forwardBuffered(c, ur, path, body)
+		settleBuffered(res, st, b)
 		if err != nil {
 			return s.upstreamError(c, ur, err)
 		}
@@ -314,6 +501,7 @@ func (s *Server) proxy(c *fiber.Ctx, ur *upstreamRoute, path string, body []byte
 	}
 	out, err := withModel(body, c.Locals(localModel).(string), ur.target)
 	if err != nil {
+		res.settle(0)
 		return errInvalid("", "invalid_json", "We could not parse the JSON body of your request: %v", err)
 	}
 	ctx, cancel := context.WithCancel(s.baseCtx)
@@ -324,6 +512,7 @@ func (s *Server) proxy(c *fiber.Ctx, ur *upstreamRoute, path string, body []byte
 		watch.stop()
 		cancel()
 		s.inflight.Done()
+		res.settle(0)
 		return s.upstreamError(c, ur, err)
 	}
 	if resp.StatusCode != http.StatusOK {
@@ -331,11 +520,13 @@ func (s *Server) proxy(c *fiber.Ctx, ur *upstreamRoute, path string, body []byte
 		defer s.inflight.Done()
 		defer cancel()
 		defer watch.stop()
+		res.settle(0)
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxUpstreamBody))
 		c.Set(fiber.HeaderContentType, resp.Header.Get("Content-Type"))
 		return c.Status(resp.StatusCode).Send(b)
 	}
-	if ct := resp.Header.Get("Content-Type"); ct != "" {
+	ct := resp.Header.Get("Content-Type")
+	if ct != "" {
 		c.Set(fiber.HeaderContentType, ct)
 	} else {
 		setSSEHeaders(c)
@@ -343,15 +534,52 @@ func (s *Server) proxy(c *fiber.Ctx, ur *upstreamRoute, path string, body []byte
 	c.Set(fiber.HeaderCacheControl, "no-cache")
 	log := s.logger(c)
 	name := ur.up.cfg.Name
+	sse := ct == "" || strings.HasPrefix(strings.ToLower(ct), "text/event-stream")
+	prompt := len(body) / 4
 	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer s.inflight.Done()
 		defer watch.stop()
 		defer cancel()
 		defer resp.Body.Close()
-		n, err := copyStream(w, resp.Body, cancel)
-		if err != nil && ctx.Err() == nil {
-			log.Warn("upstream stream broke", "upstream", name, "bytes", n, "err", err)
+		if !sse {
+			n, err := copyStream(w, resp.Body, cancel)
+			if err != nil && ctx.Err() == nil {
+				log.Warn("upstream stream broke", "upstream", name, "bytes", n, "err", err)
+			}
+			res.settle(prompt + int(n/4))
+			return
 		}
+		r := relaySSE(w, resp.Body)
+		switch {
+		case r.usage != nil:
+			res.settle(r.usage.TotalTokens)
+		default:
+			// No usage chunk (stream_options.include_usage unset): about one
+			// token per content event.
+			res.settle(prompt + r.events)
+		}
+		if r.clientGone || r.done {
+			return
+		}
+		// The upstream stream broke (reset, cut before [DONE], or stalled
+		// past idle_timeout): tell the client instead of ending a clean 200.
+		ae := &APIError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_error"}
+		switch {
+		case r.err == nil:
+			ae.Message = fmt.Sprintf("Upstream %s ended the stream before [DONE].", name)
+		case errors.Is(r.err, errIdleTimeout):
+			ae.Status, ae.Code = http.StatusGatewayTimeout, "upstream_timeout"
+			ae.Message = fmt.Sprintf("Upstream %s stalled: %v.", name, r.err)
+		case ctx.Err() != nil:
+			ae.Status, ae.Code = http.StatusServiceUnavailable, "service_unavailable"
+			ae.Message = "The server is shutting down; the stream was cancelled."
+		default:
+			ae.Message = fmt.Sprintf("Upstream %s stream broke: %v.", name, r.err)
+		}
+		log.Warn("upstream stream broke", "upstream", name, "events", r.events, "err", ae.Message)
+		sw := &sseWriter{w: w}
+		sw.event(ae)
+		sw.done()
 	})
 	return nil
 }
