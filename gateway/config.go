@@ -38,6 +38,7 @@ type ServerConfig struct {
 	MaxN            int           `yaml:"max_n"`
 	LogLevel        string        `yaml:"log_level"`  // debug|info|warn|error
 	LogFormat       string        `yaml:"log_format"` // json|text
+	CORS            CORSConfig    `yaml:"cors"`       // cors.go
 }
 
 // AuthConfig lists API keys. With no keys, requests need no key and belong
@@ -366,6 +367,9 @@ func (c *Config) Validate() error {
 	case "json", "text":
 	default:
 		return bad("server.log_format %q: want json|text", c.Server.LogFormat)
+	}
+	if err := c.Server.CORS.validate(); err != nil {
+		return err
 	}
 	names := map[string]string{}
 	claim := func(name, where string) error {

@@ -110,6 +110,9 @@ type Server struct {
 	abort    context.CancelFunc
 	inflight sync.WaitGroup
 	flights  streamFlights
+
+	respOnce  sync.Once
+	respStore *responseStore // stored /v1/responses answers (responses.go)
 }
 
 type upstreamRoute struct {
@@ -283,6 +286,7 @@ const (
 func (s *Server) routes() {
 	app := s.app
 	app.Use(s.requestContext)
+	app.Use(s.cors) // before auth: preflights carry no key
 	health := func(c *fiber.Ctx) error {
 		return c.JSON(fiber.Map{"status": "ok", "uptime_s": int64(time.Since(s.started).Seconds())})
 	}
@@ -304,6 +308,8 @@ func (s *Server) routes() {
 	v1.Post("/chat/completions", s.handleChat)
 	v1.Post("/completions", s.handleCompletions)
 	v1.Post("/embeddings", s.handleEmbeddings)
+	v1.Post("/responses", s.handleResponses)
+	v1.Get("/responses/:id", s.handleGetResponse)
 	v1.Get("/models", s.handleModels)
 	v1.Get("/models/*", s.handleModel)
 	app.Use(func(c *fiber.Ctx) error {

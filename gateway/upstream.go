@@ -630,12 +630,15 @@ func (s *Server) handleEmbeddings(c *fiber.Ctx) error {
 			return errInvalid("encoding_format", "invalid_value", "Invalid 'encoding_format': '%s'. Supported values are: 'float' and 'base64'.", format)
 		}
 	}
-	if req.Dimensions != nil && *req.Dimensions != emb.Dim() {
-		return errInvalid("dimensions", "unsupported_parameter", "Model '%s' has %d dimensions and cannot produce %d.", head.Model, emb.Dim(), *req.Dimensions)
+	if req.Dimensions != nil && (*req.Dimensions < 1 || *req.Dimensions > emb.Dim()) {
+		return errInvalid("dimensions", "invalid_value", "Invalid 'dimensions': model '%s' produces 1 to %d dimensions, got %d.", head.Model, emb.Dim(), *req.Dimensions)
 	}
 	vecs, err := emb.Embed(c.UserContext(), req.Input.Texts)
 	if err != nil {
 		return errInternal("embedding failed: " + err.Error())
+	}
+	if req.Dimensions != nil && *req.Dimensions < emb.Dim() {
+		vecs = shortenEmbeddings(vecs, *req.Dimensions) // embedutil.go
 	}
 	resp := EmbeddingResponse{Object: "list", Model: head.Model}
 	words := 0
