@@ -76,6 +76,7 @@ func newMetrics(reg *prometheus.Registry, models []*LocalModel) (*metrics, error
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "specgate_kv_blocks", Help: "KV blocks in total.", ConstLabels: labels},
 				func() float64 { return float64(kv.NumBlocks()) }))
 	}
+	cs = append(cs, &engineCollector{models: models})
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("gateway: registering metrics: %w", err)

@@ -113,6 +113,32 @@ func TestSpeculativeServeConcurrentLossless(t *testing.T) {
 			if accepted == 0 && !cfg.Adaptive {
 				t.Fatal("no draft token accepted over 16 requests: speculation untested")
 			}
+			// /metrics: target forwards per step and accepted tokens per depth.
+			resp, err := http.Get(ss.URL + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			series := map[string]float64{}
+			for _, line := range strings.Split(string(raw), "\n") {
+				var name string
+				var v float64
+				if strings.HasPrefix(line, "specgate_") {
+					if _, err := fmt.Sscanf(line[strings.LastIndex(line, " ")+1:], "%g", &v); err == nil {
+						name = line[:strings.LastIndex(line, " ")]
+						series[name] = v
+					}
+				}
+			}
+			steps := series[`specgate_engine_steps_total{model="specgate-target"}`]
+			fwd := series[`specgate_engine_target_forwards_total{model="specgate-target"}`]
+			if steps == 0 || fwd == 0 || fwd > steps {
+				t.Fatalf("/metrics: %v steps, %v target forwards", steps, fwd)
+			}
+			if d1 := series[`specgate_spec_accepted_at_depth_total{depth="1",model="specgate-target"}`]; accepted > 0 && d1 == 0 {
+				t.Fatalf("/metrics: no accepted tokens at depth 1 (%d accepted)", int(accepted))
+			}
 			st := se.Stats()
 			t.Logf("%s: 16 concurrent requests equal; %d accepted; engine: %d steps, %d forwards, %d verified trees, %d proposed, %d accepted",
 				cfg.Method, int(accepted), st.Steps, st.Forwards, st.SpecSteps, st.SpecProposed, st.SpecAccepted)
