@@ -79,6 +79,24 @@ type ModelConfig struct {
 	// DefaultMaxTokens caps generation when a request gives no max_tokens
 	// (0 = up to the context length, as OpenAI does).
 	DefaultMaxTokens int `yaml:"default_max_tokens"`
+	// Drafts configures the model-free draft sources (issue #11).
+	Drafts DraftsConfig `yaml:"drafts"`
+}
+
+// DraftsConfig configures a local model's model-free drafts: the tenant's
+// earlier answers and the prompt (suffix trees), a semantic-cache near
+// miss's answer and the client's `prediction`; every drafted token is
+// verified by the model.
+type DraftsConfig struct {
+	Enabled      *bool `yaml:"enabled"`       // default true
+	Answers      *bool `yaml:"answers"`       // the tenant's earlier answers; default true
+	PromptLookup *bool `yaml:"prompt_lookup"` // the request's own prompt; default true
+	// NearMissBand: cached answers with similarity >= band that are not
+	// hits become drafts; 0 = 0.35, negative = off.
+	NearMissBand float32 `yaml:"near_miss_band"`
+	MaxBytes     int64   `yaml:"max_bytes"` // memory for stored answers, all tenants (0 = 64 MiB)
+	Policy       string  `yaml:"policy"`    // their eviction policy (default lru)
+	Budget       int     `yaml:"budget"`    // most draft nodes verified per request and step (0 = 32)
 }
 
 // SpeculativeConfig selects the proposer.
@@ -414,6 +432,9 @@ func (c *Config) Validate() error {
 		}
 		if m.DefaultMaxTokens < 0 {
 			return bad("%s.default_max_tokens %d: must be >= 0", where, m.DefaultMaxTokens)
+		}
+		if d := m.Drafts; d.NearMissBand > 1 || d.NearMissBand != d.NearMissBand || d.MaxBytes < 0 || d.Budget < 0 || d.Budget > 256 {
+			return bad("%s.drafts: near_miss_band %v must be <= 1, max_bytes %d >= 0, budget %d in [0,256]", where, d.NearMissBand, d.MaxBytes, d.Budget)
 		}
 	}
 	for i, u := range c.Upstreams {

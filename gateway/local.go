@@ -36,6 +36,7 @@ type job struct {
 	includeUsage bool
 	tenant       string
 	user         *string
+	drafts       *jobDrafts // model-free draft material (drafts.go); nil = none
 }
 
 func (j *job) choices() int { return len(j.prompts) * j.n }
@@ -79,6 +80,7 @@ func (j *job) request(i int) engine.GenerateRequest {
 	// Without logprobs in the response the engine may decode several
 	// greedy tokens per step (engine.Options.DecodeSteps).
 	r.Sampling.SkipLogprobs = !j.logprobs
+	j.attachDrafts(&r)
 	return r
 }
 
@@ -173,7 +175,7 @@ func (s *Server) chatJob(m *LocalModel, r *ChatCompletionRequest) (*job, *APIErr
 	}{
 		{"tools", r.Tools}, {"tool_choice", r.ToolChoice}, {"parallel_tool_calls", r.ParallelToolCalls},
 		{"functions", r.Functions}, {"function_call", r.FunctionCall}, {"logit_bias", r.LogitBias},
-		{"modalities", r.Modalities}, {"audio", r.Audio}, {"prediction", r.Prediction},
+		{"modalities", r.Modalities}, {"audio", r.Audio},
 		{"reasoning_effort", r.ReasoningEffort}, {"web_search_options", r.WebSearchOptions},
 	} {
 		if present(f.raw) {
@@ -218,6 +220,9 @@ func (s *Server) chatJob(m *LocalModel, r *ChatCompletionRequest) (*job, *APIErr
 	j.prompts = [][]int32{prompt}
 	j.echo = []string{""}
 	if aerr := checkContext(m, prompt, j.gen.MaxTokens, "messages"); aerr != nil {
+		return nil, aerr
+	}
+	if aerr := j.setPrediction(r.Prediction); aerr != nil {
 		return nil, aerr
 	}
 	return j, nil
@@ -383,6 +388,9 @@ func (s *Server) completionJob(m *LocalModel, r *CompletionRequest) (*job, *APIE
 			return nil, aerr
 		}
 	}
+	if aerr := j.setPrediction(r.Prediction); aerr != nil {
+		return nil, aerr
+	}
 	return j, nil
 }
 
@@ -400,6 +408,9 @@ type genEvent struct {
 // the returned channel; it is closed after the last choice ended. Cancel ctx
 // to stop them; the engine frees their KV before Generate returns.
 func launch(ctx context.Context, gen engine.Generator, j *job) <-chan genEvent {
+	if j.drafts != nil && j.drafts.resolve != nil {
+		j.drafts.resolve(ctx) // the cache near miss, on a miss only
+	}
 	ch := make(chan genEvent, 16*j.choices())
 	var wg sync.WaitGroup
 	for i := 0; i < j.choices(); i++ {
@@ -496,6 +507,7 @@ func usageOf(j *job, res []engine.Result) *Usage {
 		}
 		u.Speculative = &spec
 	}
+	predictionUsage(j, res, u)
 	return u
 }
 

@@ -30,6 +30,8 @@ type metrics struct {
 	upstreamTry  *prometheus.CounterVec   // upstream
 	rateLimited  *prometheus.CounterVec   // tenant, limit
 	disconnects  prometheus.Counter
+	specSource   *prometheus.CounterVec // model, source, kind (proposed|accepted); drafts.go
+	nearMiss     *prometheus.CounterVec // model, reason; drafts.go
 }
 
 func newMetrics(reg *prometheus.Registry, models []*LocalModel) (*metrics, error) {
@@ -59,9 +61,13 @@ func newMetrics(reg *prometheus.Registry, models []*LocalModel) (*metrics, error
 			Help: "Requests refused with 429 by tenant and limit (requests, tokens)."}, []string{"tenant", "limit"}),
 		disconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "specgate_client_disconnects_total",
 			Help: "Local generations cancelled because the client closed the connection."}),
+		specSource: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "specgate_spec_source_tokens_total",
+			Help: "Draft tokens by model, draft source (draft, medusa, prompt, suffix, prediction, near_miss) and kind (proposed, accepted)."}, []string{"model", "source", "kind"}),
+		nearMiss: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "specgate_cache_near_miss_drafts_total",
+			Help: "Semantic-cache near misses whose answer became a draft, by model and reason (threshold, a guard reason, model)."}, []string{"model", "reason"}),
 	}
 	cs := []prometheus.Collector{m.httpRequests, m.httpDuration, m.inflight, m.genRequests, m.tokens, m.ttft,
-		m.specSteps, m.specProposed, m.specAccepted, m.upstreamReqs, m.upstreamTry, m.rateLimited, m.disconnects}
+		m.specSteps, m.specProposed, m.specAccepted, m.upstreamReqs, m.upstreamTry, m.rateLimited, m.disconnects, m.specSource, m.nearMiss}
 	for _, lm := range models {
 		if lm == nil || lm.KV == nil {
 			continue

@@ -198,6 +198,10 @@ func (r *runState) finish(usage *Usage, outcome string, ttft time.Duration) {
 			met.specSteps.WithLabelValues(m).Add(float64(sp.Steps))
 			met.specProposed.WithLabelValues(m).Add(float64(sp.Proposed))
 			met.specAccepted.WithLabelValues(m).Add(float64(sp.Accepted))
+			for src, su := range sp.BySource {
+				met.specSource.WithLabelValues(m, src, "proposed").Add(float64(su.Proposed))
+				met.specSource.WithLabelValues(m, src, "accepted").Add(float64(su.Accepted))
+			}
 		}
 	}
 	used := 0

@@ -62,6 +62,9 @@ type LocalModel struct {
 	DefaultMaxTokens int
 	KV               KVStats // may be nil
 	Created          time.Time
+	// Drafts are the model-free draft sources (drafts.go); nil = only a
+	// request's own `prediction` drafts.
+	Drafts *Drafts
 }
 
 // ResponseCache is what the gateway needs from the semantic cache
@@ -505,7 +508,9 @@ func (s *Server) handleChat(c *fiber.Ctx) error {
 	}
 	job.tenant = tenantOf(c)
 	job.user = req.User
-	return s.runLocal(c, job, s.chatCacheRequest(c, &req, job))
+	creq := s.chatCacheRequest(c, &req, job)
+	s.prepareDrafts(job, creq)
+	return s.runLocal(c, job, creq)
 }
 
 func (s *Server) handleCompletions(c *fiber.Ctx) error {
@@ -535,7 +540,9 @@ func (s *Server) handleCompletions(c *fiber.Ctx) error {
 	}
 	job.tenant = tenantOf(c)
 	job.user = req.User
-	return s.runLocal(c, job, s.completionCacheRequest(c, &req, job))
+	creq := s.completionCacheRequest(c, &req, job)
+	s.prepareDrafts(job, creq)
+	return s.runLocal(c, job, creq)
 }
 
 // cacheControl reads the request's Cache-Control directives.

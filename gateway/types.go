@@ -165,6 +165,9 @@ type CompletionRequest struct {
 	BestOf           *int            `json:"best_of"`
 	Suffix           *string         `json:"suffix"`
 	LogitBias        json.RawMessage `json:"logit_bias"`
+	// Prediction is OpenAI's Predicted Outputs field (chat only at OpenAI;
+	// accepted here too): a draft of the expected output.
+	Prediction json.RawMessage `json:"prediction"`
 }
 
 // Prompt is a completion prompt: a string, a list of strings, a list of
@@ -248,6 +251,11 @@ type PromptTokensDetails struct {
 // CompletionTokensDetails mirrors OpenAI's breakdown (always zero reasoning).
 type CompletionTokensDetails struct {
 	ReasoningTokens int `json:"reasoning_tokens"`
+	// Set when the request had a `prediction`, as OpenAI reports them:
+	// completion tokens that came from the prediction, and prediction
+	// tokens that did not appear in the completion.
+	AcceptedPredictionTokens *int `json:"accepted_prediction_tokens,omitempty"`
+	RejectedPredictionTokens *int `json:"rejected_prediction_tokens,omitempty"`
 }
 
 // SpeculativeUsage is the per-request speculation report (extension field

@@ -177,6 +177,12 @@ func loadModels(cfg *gateway.Config, log *slog.Logger) ([]*gateway.LocalModel, f
 			// round trip per 8 tokens (docs/cuda.md)
 			eo.DecodeSteps = 8
 		}
+		drafts, err := modelDrafts(mc, draftModels(cfg, mc.Name), &eo)
+		if err != nil {
+			_ = m.Close()
+			closeAll()
+			return nil, nil, fmt.Errorf("models[%d] %s: %w", i, mc.Name, err)
+		}
 		eng := engine.New(m, eo)
 		closers = append(closers, func() { _ = eng.Close(); _ = m.Close() })
 		st, _ := os.Stat(mc.Path)
@@ -187,6 +193,7 @@ func loadModels(cfg *gateway.Config, log *slog.Logger) ([]*gateway.LocalModel, f
 		out = append(out, &gateway.LocalModel{
 			Name: mc.Name, Aliases: mc.Aliases, Generator: eng, Tokenizer: m.Tokenizer,
 			ContextLength: m.Config.MaxPositions, DefaultMaxTokens: mc.DefaultMaxTokens, KV: m.KV(), Created: created,
+			Drafts: drafts,
 		})
 		log.Info("model loaded", "model", mc.Name, "path", mc.Path, "backend", backend, "layers", m.Config.NumLayers,
 			"context", m.Config.MaxPositions, "kv_blocks", m.KV().NumBlocks(), "load_ms", time.Since(start).Milliseconds())

@@ -1,0 +1,273 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+
+	"github.com/specgate/specgate/cache"
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/speculative"
+)
+
+// Drafts are the model-free draft sources of a local model (issue #11):
+// the tenant's earlier answers and the request's own prompt (suffix
+// trees), the client's OpenAI `prediction`, and the answer of a
+// semantic-cache near miss. The engine verifies every drafted token, so the
+// output stays the model's own.
+type Drafts struct {
+	// Suffix drafts from the tenant's earlier answers and the request's
+	// prompt; nil = off.
+	Suffix *speculative.Suffix
+	// Known drafts from predictions and near misses; nil = a default one.
+	Known *speculative.Known
+	// Base are the model's own proposers (engine.Options.Proposers: a
+	// draft model, Medusa heads). A request's GenerateRequest.Proposers
+	// replaces the engine's, so they are listed again beside the model-free
+	// ones; the engine splits each step's budget between all of them by
+	// their acceptance.
+	Base []engine.Proposer
+	// NearMissBand: a stored answer with similarity >= band that is not a
+	// hit becomes a draft (0 = no near-miss drafts).
+	NearMissBand float32
+	// NearMissModels: other model names whose cached answers (same tenant,
+	// system prompt and parameters) may serve as drafts, e.g. upstreams.
+	NearMissModels []string
+	// MaxDraftTokens bounds a prediction or near-miss draft (0 = 8192).
+	MaxDraftTokens int
+}
+
+var defaultKnown = speculative.NewKnown(speculative.KnownConfig{})
+
+// nearMisser is the optional cache capability (satisfied by *cache.Cache).
+type nearMisser interface {
+	NearMiss(ctx context.Context, req *cache.Request, band float32, models []string) (cache.NearMiss, bool, error)
+}
+
+// jobDrafts is one request's draft material.
+type jobDrafts struct {
+	prediction []int32 // tokenized prediction (nil: none)
+	once       sync.Once
+	creq       *cache.Request
+	resolve    func(context.Context) // looks the near miss up (nil: none)
+	nearMiss   []int32
+	nmSim      float32
+	nmReason   string
+}
+
+// parsePrediction validates OpenAI's `prediction` ({"type": "content",
+// "content": string or array of text parts}) and returns its text.
+func parsePrediction(raw json.RawMessage) (string, *APIError) {
+	var p struct {
+		Type    string          `json:"type"`
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return "", errInvalid("prediction", "invalid_type", "Invalid type for 'prediction': expected an object with 'type' and 'content'.")
+	}
+	if p.Type != "content" {
+		return "", errInvalid("prediction.type", "invalid_value", "Invalid value: '%s'. Supported values are: 'content'.", p.Type)
+	}
+	if !present(p.Content) {
+		return "", errInvalid("prediction.content", "missing_required_parameter", "Missing required parameter: 'prediction.content'.")
+	}
+	var mc MessageContent
+	if err := json.Unmarshal(p.Content, &mc); err != nil || mc.Null {
+		return "", errInvalid("prediction.content", "invalid_type", "Invalid type for 'prediction.content': expected a string or an array of text parts.")
+	}
+	if mc.Parts == nil {
+		return mc.Text, nil
+	}
+	var b strings.Builder
+	for i, part := range mc.Parts {
+		if part.Type != "text" || part.Text == nil {
+			return "", errInvalid("prediction.content", "invalid_value", "Invalid 'prediction.content[%d]': only parts of type 'text' with a 'text' string are supported.", i)
+		}
+		b.WriteString(*part.Text)
+	}
+	return b.String(), nil
+}
+
+// setPrediction validates and tokenizes a request's prediction.
+func (j *job) setPrediction(raw json.RawMessage) *APIError {
+	if !present(raw) {
+		return nil
+	}
+	text, aerr := parsePrediction(raw)
+	if aerr != nil {
+		return aerr
+	}
+	toks := j.model.Tokenizer.Encode(text, false)
+	if max := j.model.maxDraftTokens(); len(toks) > max {
+		toks = toks[:max]
+	}
+	if j.drafts == nil {
+		j.drafts = &jobDrafts{}
+	}
+	j.drafts.prediction = toks
+	return nil
+}
+
+func (m *LocalModel) maxDraftTokens() int {
+	if m.Drafts != nil && m.Drafts.MaxDraftTokens > 0 {
+		return m.Drafts.MaxDraftTokens
+	}
+	return 8192
+}
+
+// prepareDrafts records the cache request for the near-miss lookup.
+func (s *Server) prepareDrafts(j *job, creq *cache.Request) {
+	d := j.model.Drafts
+	if creq == nil || d == nil || d.NearMissBand <= 0 {
+		return
+	}
+	if _, ok := s.cache.(nearMisser); !ok {
+		return
+	}
+	if j.drafts == nil {
+		j.drafts = &jobDrafts{}
+	}
+	j.drafts.creq = creq
+	j.drafts.resolve = func(ctx context.Context) { s.resolveDrafts(ctx, j) }
+}
+
+// resolveDrafts looks the near miss up once, right before generation (on
+// a cache miss): its answer, tokenized, becomes a draft.
+func (s *Server) resolveDrafts(ctx context.Context, j *job) {
+	if j.drafts == nil || j.drafts.creq == nil {
+		return
+	}
+	j.drafts.once.Do(func() {
+		d := j.model.Drafts
+		nm, ok, err := s.cache.(nearMisser).NearMiss(ctx, j.drafts.creq, d.NearMissBand, d.NearMissModels)
+		if err != nil {
+			s.log.Warn("cache near-miss lookup failed", "err", err)
+			return
+		}
+		if !ok {
+			return
+		}
+		text := answerText(nm.Response)
+		if text == "" {
+			return
+		}
+		toks := j.model.Tokenizer.Encode(text, false)
+		if max := j.model.maxDraftTokens(); len(toks) > max {
+			toks = toks[:max]
+		}
+		j.drafts.nearMiss, j.drafts.nmSim, j.drafts.nmReason = toks, nm.Similarity, nm.Reason
+		s.met.nearMiss.WithLabelValues(j.model.Name, nm.Reason).Inc()
+	})
+}
+
+// answerText extracts the first choice's text from a stored response: a
+// chat completion (message.content), a text completion (text), or an SSE
+// stream of chunks (delta.content / text, concatenated).
+func answerText(body []byte) string {
+	type choice struct {
+		Message *struct {
+			Content *string `json:"content"`
+		} `json:"message"`
+		Delta *struct {
+			Content *string `json:"content"`
+		} `json:"delta"`
+		Text  *string `json:"text"`
+		Index int     `json:"index"`
+	}
+	type resp struct {
+		Choices []choice `json:"choices"`
+	}
+	text := func(r resp, b *strings.Builder) {
+		for _, c := range r.Choices {
+			if c.Index != 0 {
+				continue
+			}
+			switch {
+			case c.Message != nil && c.Message.Content != nil:
+				b.WriteString(*c.Message.Content)
+			case c.Delta != nil && c.Delta.Content != nil:
+				b.WriteString(*c.Delta.Content)
+			case c.Text != nil:
+				b.WriteString(*c.Text)
+			}
+		}
+	}
+	var b strings.Builder
+	body = bytes.TrimSpace(body)
+	if len(body) > 0 && body[0] == '{' {
+		var r resp
+		if json.Unmarshal(body, &r) == nil {
+			text(r, &b)
+		}
+		return b.String()
+	}
+	for _, line := range bytes.Split(body, []byte("\n")) {
+		line = bytes.TrimSpace(line)
+		data, ok := bytes.CutPrefix(line, []byte("data:"))
+		if !ok {
+			continue
+		}
+		var r resp
+		if json.Unmarshal(bytes.TrimSpace(data), &r) == nil {
+			text(r, &b)
+		}
+	}
+	return b.String()
+}
+
+// attachDrafts makes r draft from the model-free sources, if any apply.
+func (j *job) attachDrafts(r *engine.GenerateRequest) {
+	d := j.model.Drafts
+	var known []engine.KnownDraft
+	if j.drafts != nil {
+		if len(j.drafts.prediction) > 0 {
+			known = append(known, engine.KnownDraft{Source: speculative.SourcePrediction, Tokens: j.drafts.prediction})
+		}
+		if len(j.drafts.nearMiss) > 0 {
+			known = append(known, engine.KnownDraft{Source: speculative.SourceNearMiss, Tokens: j.drafts.nearMiss})
+		}
+	}
+	var ps []engine.Proposer
+	if len(known) > 0 {
+		k := defaultKnown
+		if d != nil && d.Known != nil {
+			k = d.Known
+		}
+		ps = append(ps, k)
+	}
+	if d != nil && d.Suffix != nil {
+		ps = append(ps, d.Suffix)
+	}
+	if len(ps) == 0 {
+		return
+	}
+	if d != nil {
+		ps = append(ps, d.Base...)
+	}
+	speculative.WithProposers(r, ps, j.tenant, known)
+}
+
+// predictionUsage fills OpenAI's accepted/rejected prediction token counts:
+// accepted are the completion's tokens that came from the prediction,
+// rejected the prediction's tokens that did not appear (per choice).
+func predictionUsage(j *job, res []engine.Result, u *Usage) {
+	if j.drafts == nil || j.drafts.prediction == nil {
+		return
+	}
+	acc, rej := 0, 0
+	for _, r := range res {
+		a := 0
+		if r.Spec != nil {
+			a = min(r.Spec.BySource[speculative.SourcePrediction].Accepted, len(j.drafts.prediction))
+		}
+		acc += a
+		rej += len(j.drafts.prediction) - a
+	}
+	if u.CompletionTokensDetails == nil {
+		u.CompletionTokensDetails = &CompletionTokensDetails{}
+	}
+	u.CompletionTokensDetails.AcceptedPredictionTokens = &acc
+	u.CompletionTokensDetails.RejectedPredictionTokens = &rej
+}

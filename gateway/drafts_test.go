@@ -1,0 +1,217 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/specgate/specgate/speculative"
+)
+
+func TestParsePrediction(t *testing.T) {
+	for _, c := range []struct {
+		raw, text, param string
+	}{
+		{`{"type":"content","content":"abc"}`, "abc", ""},
+		{`{"type":"content","content":[{"type":"text","text":"ab"},{"type":"text","text":"c"}]}`, "abc", ""},
+		{`{"type":"content","content":""}`, "", ""},
+		{`{"type":"file","content":"abc"}`, "", "prediction.type"},
+		{`{"type":"content"}`, "", "prediction.content"},
+		{`{"type":"content","content":null}`, "", "prediction.content"},
+		{`{"type":"content","content":5}`, "", "prediction.content"},
+		{`{"type":"content","content":[{"type":"image_url","image_url":{"url":"x"}}]}`, "", "prediction.content"},
+		{`"abc"`, "", "prediction"},
+		{`[1]`, "", "prediction"},
+	} {
+		text, aerr := parsePrediction(json.RawMessage(c.raw))
+		switch {
+		case c.param == "" && (aerr != nil || text != c.text):
+			t.Errorf("%s: %q %v, want %q", c.raw, text, aerr, c.text)
+		case c.param != "" && (aerr == nil || aerr.Param != c.param || aerr.Status != 400):
+			t.Errorf("%s: error %+v, want 400 on %s", c.raw, aerr, c.param)
+		}
+	}
+}
+
+func TestAnswerText(t *testing.T) {
+	for _, c := range []struct{ body, want string }{
+		{`{"choices":[{"index":0,"message":{"role":"assistant","content":"hi there"}}]}`, "hi there"},
+		{`{"choices":[{"index":1,"text":"no"},{"index":0,"text":"yes"}]}`, "yes"},
+		{"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"}}]}\n\ndata: [DONE]\n\n", "ab"},
+		{`not json`, ""},
+	} {
+		if got := answerText([]byte(c.body)); got != c.want {
+			t.Errorf("answerText(%q) = %q, want %q", c.body, got, c.want)
+		}
+	}
+}
+
+type draftReply struct {
+	content string
+	usage   *Usage
+}
+
+func chatDraft(t *testing.T, url, key, body string, hdr map[string]string) draftReply {
+	t.Helper()
+	r := post(t, url+"/v1/chat/completions", key, body, hdr)
+	if r.status != 200 {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	c, u := chatContent(t, r.body)
+	return draftReply{c, u}
+}
+
+// TestPredictionLossless: over HTTP with the shipped model, a chat or
+// completion request with a `prediction` (exact, edited, unrelated, as a
+// string and as text parts) returns exactly the answer without one, and
+// reports OpenAI's accepted/rejected prediction tokens and the per-source
+// split; a request without a prediction reports neither.
+func TestPredictionLossless(t *testing.T) {
+	lm := shippedModel(t)
+	ts := startServer(t, Options{Models: []*LocalModel{lm}})
+	base := `{"model":"specgate-target","temperature":0,"max_tokens":48,"messages":[{"role":"user","content":"Write a short Go function that adds two integers."}]`
+	plain := chatDraft(t, ts.URL, "", base+`}`, nil)
+	if plain.usage.CompletionTokensDetails.AcceptedPredictionTokens != nil || plain.usage.Speculative != nil {
+		t.Fatalf("no prediction, yet prediction usage or speculation: %+v", plain.usage)
+	}
+	raw := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	words := strings.Fields(plain.content)
+	edited := strings.Replace(plain.content, words[len(words)/2], "banana", 1)
+	ntok := len(lm.Tokenizer.Encode(plain.content, false))
+	for _, c := range []struct {
+		name, pred string
+		minAcc     int
+	}{
+		{"exact", raw(map[string]any{"type": "content", "content": plain.content}), ntok / 2},
+		{"parts", raw(map[string]any{"type": "content", "content": []map[string]string{{"type": "text", "text": plain.content[:10]}, {"type": "text", "text": plain.content[10:]}}}), ntok / 2},
+		{"edited", raw(map[string]any{"type": "content", "content": edited}), ntok / 4},
+		{"unrelated", raw(map[string]any{"type": "content", "content": "The quick brown fox jumps over the lazy dog."}), 0},
+	} {
+		got := chatDraft(t, ts.URL, "", base+`,"prediction":`+c.pred+`}`, nil)
+		if got.content != plain.content {
+			t.Fatalf("%s: content %q, want %q", c.name, got.content, plain.content)
+		}
+		d := got.usage.CompletionTokensDetails
+		if d.AcceptedPredictionTokens == nil || d.RejectedPredictionTokens == nil {
+			t.Fatalf("%s: usage without prediction tokens: %+v", c.name, d)
+		}
+		acc, rej := *d.AcceptedPredictionTokens, *d.RejectedPredictionTokens
+		if acc < c.minAcc || acc > got.usage.CompletionTokens {
+			t.Fatalf("%s: accepted_prediction_tokens %d, want >= %d (completion %d)", c.name, acc, c.minAcc, got.usage.CompletionTokens)
+		}
+		sp := got.usage.Speculative
+		if acc > 0 && (sp == nil || sp.BySource[speculative.SourcePrediction].Accepted != acc) {
+			t.Fatalf("%s: usage.speculative %+v, want by_source.prediction.accepted = %d", c.name, sp, acc)
+		}
+		t.Logf("%s: accepted %d rejected %d, speculative %+v", c.name, acc, rej, sp)
+	}
+	// completions accept it too (an extension: OpenAI has it on chat only).
+	cbase := `{"model":"specgate-target","temperature":0,"max_tokens":40,"prompt":"func main() {"`
+	r := post(t, ts.URL+"/v1/completions", "", cbase+`}`, nil)
+	var c0, c1 Completion
+	if err := json.Unmarshal(r.body, &c0); err != nil || r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	r = post(t, ts.URL+"/v1/completions", "", cbase+`,"prediction":`+raw(map[string]any{"type": "content", "content": c0.Choices[0].Text})+`}`, nil)
+	if err := json.Unmarshal(r.body, &c1); err != nil || r.status != 200 || c1.Choices[0].Text != c0.Choices[0].Text {
+		t.Fatalf("completions with prediction: %d %s, want text %q", r.status, r.body, c0.Choices[0].Text)
+	}
+	var u Usage
+	_ = json.Unmarshal(c1.Usage, &u)
+	if u.CompletionTokensDetails == nil || u.CompletionTokensDetails.AcceptedPredictionTokens == nil || *u.CompletionTokensDetails.AcceptedPredictionTokens == 0 {
+		t.Fatalf("completions usage %s", c1.Usage)
+	}
+	// streamed: same text.
+	sr := post(t, ts.URL+"/v1/chat/completions", "", base+`,"stream":true,"stream_options":{"include_usage":true},"prediction":`+raw(map[string]any{"type": "content", "content": plain.content})+`}`, nil)
+	if got := sseContent(t, sr.body); got != plain.content {
+		t.Fatalf("stream with prediction: %q, want %q", got, plain.content)
+	}
+	if !strings.Contains(string(sr.body), `"accepted_prediction_tokens"`) {
+		t.Fatalf("stream usage lacks accepted_prediction_tokens: %s", sr.body)
+	}
+	// bad predictions: OpenAI error JSON, 400, param named.
+	bad := post(t, ts.URL+"/v1/chat/completions", "", base+`,"prediction":{"type":"content","content":7}}`, nil)
+	if bad.status != 400 || !strings.Contains(string(bad.body), `"param":"prediction.content"`) {
+		t.Fatalf("bad prediction: %d %s", bad.status, bad.body)
+	}
+}
+
+// TestNearMissDraftAndTenants: a paraphrase below the cache threshold is a
+// miss, but the stored answer drafts its generation (usage by_source
+// near_miss, the near-miss metric); the output equals plain decoding
+// without the cache. The tenant's earlier answers draft its later
+// requests, never another tenant's.
+func TestNearMissDraftAndTenants(t *testing.T) {
+	plainTS := startServer(t, Options{Models: []*LocalModel{shippedModel(t)}})
+	cfg := DefaultConfig()
+	keys, _ := ParseAPIKeys("ka=tenantA,kb=tenantB")
+	cfg.Auth.Keys = keys
+	lm := shippedModel(t)
+	suffix, err := speculative.NewSuffix(speculative.SuffixConfig{NoPrompt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lm.Drafts = &Drafts{Suffix: suffix, NearMissBand: 0.3}
+	ts := startServer(t, Options{Config: cfg, Models: []*LocalModel{lm}, Cache: newTestCache(t)})
+	body := func(q string) string {
+		return fmt.Sprintf(`{"model":"specgate-target","temperature":0,"max_tokens":48,"messages":[{"role":"user","content":%q}]}`, q)
+	}
+	q1 := "How do I reverse a list in Python?"
+	q2 := "Python: reversing sequences, lists and strings, explained with examples for beginners"
+	a1 := chatDraft(t, ts.URL, "ka", body(q1), nil)
+	r2 := post(t, ts.URL+"/v1/chat/completions", "ka", body(q2), nil)
+	if r2.status != 200 || r2.xcache != "MISS" {
+		t.Fatalf("paraphrase below threshold: %d %s %s", r2.status, r2.xcache, r2.body)
+	}
+	c2, u2 := chatContent(t, r2.body)
+	want2 := chatDraft(t, plainTS.URL, "", body(q2), nil)
+	if c2 != want2.content {
+		t.Fatalf("near-miss drafted answer %q differs from plain %q", c2, want2.content)
+	}
+	if u2.Speculative == nil || u2.Speculative.BySource[speculative.SourceNearMiss].Proposed == 0 {
+		t.Fatalf("near miss not drafted: %+v (first answer %q)", u2.Speculative, a1.content)
+	}
+	t.Logf("near miss: %+v", u2.Speculative.BySource)
+	m := metricsText(t, ts.URL)
+	if !strings.Contains(m, `specgate_cache_near_miss_drafts_total{model="specgate-target",reason="threshold"} 1`) ||
+		!strings.Contains(m, `specgate_spec_source_tokens_total{kind="proposed",model="specgate-target",source="near_miss"}`) {
+		t.Fatalf("metrics lack the near-miss series:\n%s", grepLines(m, "near_miss"))
+	}
+	// the same question again without the cache (no-cache: generate): tenant A's
+	// earlier answer drafts it through the suffix proposer; tenant B has none.
+	a := chatDraft(t, ts.URL, "ka", body(q1), map[string]string{"Cache-Control": "no-cache"})
+	b := chatDraft(t, ts.URL, "kb", body(q1), map[string]string{"Cache-Control": "no-cache"})
+	if a.content != a1.content || b.content != a1.content {
+		t.Fatalf("answers differ: %q / %q / %q", a1.content, a.content, b.content)
+	}
+	if a.usage.Speculative == nil || a.usage.Speculative.BySource[speculative.SourceSuffix].Accepted == 0 {
+		t.Fatalf("tenant A: own earlier answer not drafted: %+v", a.usage.Speculative)
+	}
+	if b.usage.Speculative != nil && b.usage.Speculative.BySource[speculative.SourceSuffix].Proposed > 0 {
+		t.Fatalf("tenant B drafted from tenant A's answer: %+v", b.usage.Speculative)
+	}
+}
+
+func metricsText(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
