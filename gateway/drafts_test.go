@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/speculative"
 )
 
@@ -49,6 +52,30 @@ func TestAnswerText(t *testing.T) {
 	}
 }
 
+var fixedDraft loadedModel
+
+// fixedDraftModel serves the shipped model from its own engine that
+// verifies every proposed draft node (engine.Options.FixedDraft, up to 16
+// per step): the tests then see the drafts used whatever the engine's
+// adaptive budget would decide on this machine.
+func fixedDraftModel(t *testing.T) *LocalModel {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(shippedDir, "config.json")); err != nil {
+		t.Skipf("shipped model %s not present: %v", shippedDir, err)
+	}
+	l := &fixedDraft
+	l.once.Do(func() {
+		l.m, l.err = engine.Load(shippedDir, engine.LoadOptions{})
+		if l.err == nil {
+			l.e = engine.New(l.m, engine.Options{FixedDraft: true, MaxDraft: 16})
+		}
+	})
+	if l.err != nil {
+		t.Fatal(l.err)
+	}
+	return &LocalModel{Name: "specgate-target", Generator: l.e, Tokenizer: l.m.Tokenizer, ContextLength: l.m.Config.MaxPositions, KV: l.m.KV()}
+}
+
 type draftReply struct {
 	content string
 	usage   *Usage
@@ -70,7 +97,7 @@ func chatDraft(t *testing.T, url, key, body string, hdr map[string]string) draft
 // reports OpenAI's accepted/rejected prediction tokens and the per-source
 // split; a request without a prediction reports neither.
 func TestPredictionLossless(t *testing.T) {
-	lm := shippedModel(t)
+	lm := fixedDraftModel(t)
 	ts := startServer(t, Options{Models: []*LocalModel{lm}})
 	base := `{"model":"specgate-target","temperature":0,"max_tokens":48,"messages":[{"role":"user","content":"Write a short Go function that adds two integers."}]`
 	plain := chatDraft(t, ts.URL, "", base+`}`, nil)
@@ -149,12 +176,11 @@ func TestNearMissDraftAndTenants(t *testing.T) {
 	cfg := DefaultConfig()
 	keys, _ := ParseAPIKeys("ka=tenantA,kb=tenantB")
 	cfg.Auth.Keys = keys
-	lm := shippedModel(t)
-	suffix, err := speculative.NewSuffix(speculative.SuffixConfig{NoPrompt: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lm.Drafts = &Drafts{Suffix: suffix, NearMissBand: 0.3}
+	// the engine of fixedDraftModel gives a request's whole draft budget to
+	// its first proposer: one server per source keeps the test independent
+	// of how the adaptive engine would split it.
+	lm := fixedDraftModel(t)
+	lm.Drafts = &Drafts{NearMissBand: 0.3}
 	ts := startServer(t, Options{Config: cfg, Models: []*LocalModel{lm}, Cache: newTestCache(t)})
 	body := func(q string) string {
 		return fmt.Sprintf(`{"model":"specgate-target","temperature":0,"max_tokens":48,"messages":[{"role":"user","content":%q}]}`, q)
@@ -180,10 +206,21 @@ func TestNearMissDraftAndTenants(t *testing.T) {
 		!strings.Contains(m, `specgate_spec_source_tokens_total{kind="proposed",model="specgate-target",source="near_miss"}`) {
 		t.Fatalf("metrics lack the near-miss series:\n%s", grepLines(m, "near_miss"))
 	}
-	// the same question again without the cache (no-cache: generate): tenant A's
-	// earlier answer drafts it through the suffix proposer; tenant B has none.
-	a := chatDraft(t, ts.URL, "ka", body(q1), map[string]string{"Cache-Control": "no-cache"})
-	b := chatDraft(t, ts.URL, "kb", body(q1), map[string]string{"Cache-Control": "no-cache"})
+	// tenants: the same question twice from tenant A, then once from tenant B
+	// (no near misses: no cache). A's earlier answer drafts A's second
+	// request through the suffix proposer; B gets nothing of A's.
+	lm2 := fixedDraftModel(t)
+	suffix, err := speculative.NewSuffix(speculative.SuffixConfig{NoPrompt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lm2.Drafts = &Drafts{Suffix: suffix}
+	ts2 := startServer(t, Options{Config: cfg, Models: []*LocalModel{lm2}})
+	if first := chatDraft(t, ts2.URL, "ka", body(q1), nil); first.content != a1.content {
+		t.Fatalf("answers differ: %q / %q", first.content, a1.content)
+	}
+	a := chatDraft(t, ts2.URL, "ka", body(q1), nil)
+	b := chatDraft(t, ts2.URL, "kb", body(q1), nil)
 	if a.content != a1.content || b.content != a1.content {
 		t.Fatalf("answers differ: %q / %q / %q", a1.content, a.content, b.content)
 	}
