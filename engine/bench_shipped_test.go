@@ -106,7 +106,7 @@ func BenchmarkMatmulHalfT(b *testing.B) {
 	for i := range w {
 		w[i] = float32(i%13-6) * 0.125
 	}
-	wm := newWmat(w, useAVX2 && hasF16C)
+	wm := newWmat(w, out, in, true)
 	for _, T := range []int{1, 2, 4, 8} {
 		b.Run(fmt.Sprint(T), func(b *testing.B) {
 			x, y := make([]float32, T*in), make([]float32, T*out)

@@ -77,10 +77,12 @@ func (b *CPUBackend) setWeights(half bool) {
 	}
 	b.layers = make([]cpuLayer, len(w.Layers))
 	for i, l := range w.Layers {
-		b.layers[i] = cpuLayer{q: newWmat(l.Wq, half), k: newWmat(l.Wk, half), v: newWmat(l.Wv, half), o: newWmat(l.Wo, half),
-			gate: newWmat(l.WGate, half), up: newWmat(l.WUp, half), down: newWmat(l.WDown, half)}
+		H, Q, KV, I := b.cfg.HiddenSize, b.cfg.QDim(), b.cfg.KVDim(), b.cfg.IntermediateSize
+		b.layers[i] = cpuLayer{q: newWmat(l.Wq, Q, H, half), k: newWmat(l.Wk, KV, H, half), v: newWmat(l.Wv, KV, H, half),
+			o: newWmat(l.Wo, H, Q, half), gate: newWmat(l.WGate, I, H, half), up: newWmat(l.WUp, I, H, half),
+			down: newWmat(l.WDown, H, I, half)}
 	}
-	b.lmHead = newWmat(w.LMHead, half)
+	b.lmHead = newWmat(w.LMHead, b.cfg.VocabSize, b.cfg.HiddenSize, half)
 }
 
 // HalfWeights reports whether the backend streams binary16 weight copies.
@@ -350,9 +352,7 @@ func (b *CPUBackend) Forward(reqs []*ForwardRequest) error {
 			rmsNorm(s.h[t*H:(t+1)*H], s.x[t*H:(t+1)*H], lw.MLPNorm, cfg.RMSNormEps)
 		}
 		matmulJobs(b.threads, s.h, T, H, mmJob{s.gate, &cl.gate, I}, mmJob{s.up, &cl.up, I})
-		for i := range s.gate[:T*I] {
-			s.gate[i] = silu(s.gate[i]) * s.up[i]
-		}
+		siluMul(s.gate[:T*I], s.up[:T*I])
 		matmulJobs(b.threads, s.gate, T, I, mmJob{s.o, &cl.down, H})
 		for i := range s.x[:T*H] {
 			s.x[i] += s.o[i]
@@ -449,6 +449,30 @@ func (b *CPUBackend) attention(p attnPlan, q, out, kc, vc []float32) {
 	group := NH / cfg.NumKVHeads
 	scale := float32(1 / math.Sqrt(float64(HD)))
 	T := len(p.keys)
+	if hasAttn512(HD) {
+		// per token and KV head: the scores and softmax of each query head
+		// of the group, then their value sums in one pass over the rows
+		parallelFor(b.threads, T*cfg.NumKVHeads, 1, func(lo, hi int) {
+			var sc []float32
+			acc := make([]float32, group*HD)
+			for job := lo; job < hi; job++ {
+				t, g := job/cfg.NumKVHeads, job%cfg.NumKVHeads
+				ks := p.keys[t]
+				n := len(ks)
+				sc = grow(sc, group*n)
+				for j := range group {
+					h := g*group + j
+					qv := q[t*NH*HD+h*HD : t*NH*HD+(h+1)*HD]
+					scores512(&qv[0], &kc[g*HD], ks, KV, HD, sc[j*n:(j+1)*n])
+					softmaxScaled(sc[j*n:(j+1)*n], scale)
+				}
+				clear(acc)
+				values512(acc, &vc[g*HD], ks, sc, n, group, KV, HD)
+				copy(out[t*NH*HD+g*group*HD:], acc)
+			}
+		})
+		return
+	}
 	parallelFor(b.threads, T*NH, 1, func(lo, hi int) {
 		var sc []float32
 		acc := make([]float32, HD)
@@ -468,21 +492,7 @@ func (b *CPUBackend) attention(p attnPlan, q, out, kc, vc []float32) {
 					sc[i] = dot(qv, kc[o:o+HD])
 				}
 			}
-			mx := float32(math.Inf(-1))
-			for i := range sc {
-				sc[i] *= scale
-				mx = max(mx, sc[i])
-			}
-			var sum float64
-			for i, v := range sc {
-				e := float32(math.Exp(float64(v - mx)))
-				sc[i] = e
-				sum += float64(e)
-			}
-			inv := float32(1 / sum)
-			for i := range sc {
-				sc[i] *= inv
-			}
+			softmaxScaled(sc, scale)
 			clear(acc)
 			if fast {
 				// the same FMAs as len(ks) axpy calls, acc kept in registers

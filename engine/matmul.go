@@ -4,6 +4,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"unsafe"
 
 	"github.com/specgate/specgate/engine/safetensors"
 )
@@ -75,34 +76,63 @@ func parallelFor(threads, n, align int, fn func(lo, hi int)) {
 	wg.Wait()
 }
 
-// tokenTile is the number of activation rows kept hot while a block of
-// weight rows streams past them.
-const tokenTile = 64
-
-// rowBlock is the number of weight rows reused across a token tile.
+// rowBlock is the number of weight rows reused across the token pairs of
+// the portable path.
 const rowBlock = 16
 
+// panelGroup is the number of 16-row panels whose weights stay in L1/L2
+// while all token tiles of a forward pass them (packed path).
+const panelGroup = 12
+
 // wmat is a weight matrix as the CPU matmul reads it: f32 is [out][in]
-// row-major (nn.Linear layout, aliasing Weights). h, when non-nil, holds the
-// same values as IEEE binary16; it is only built when every value converts
-// exactly, so a matmul over h is bit-identical to one over f32 while
-// streaming half the bytes (the shipped models are stored in fp16).
+// row-major (nn.Linear layout, aliasing Weights). Where the CPU has
+// AVX2+FMA the same values are also kept packed for the register-blocked
+// kernels (packW): h as IEEE binary16 when every value converts exactly
+// (fp16 checkpoints: half the bytes streamed, same float32 values after the
+// exact widening), else s as float32.
 type wmat struct {
-	f32 []float32
-	h   []uint16
+	f32     []float32
+	out, in int
+	h       []uint16
+	s       []float32
 }
 
-// newWmat wraps w; with half it also builds the binary16 copy (the caller
-// has checked with newWmatExact that every value converts exactly).
-func newWmat(w []float32, half bool) wmat {
-	m := wmat{f32: w}
-	if half {
-		m.h = make([]uint16, len(w))
-		for i, v := range w {
-			m.h[i] = safetensors.Float32ToF16(v)
-		}
+// newWmat wraps w ([out][in]); with AVX2+FMA it builds the packed copy,
+// binary16 when half is set and the CPU converts binary16 (the caller has
+// checked with newWmatExact that every value converts exactly), else
+// float32.
+func newWmat(w []float32, out, in int, half bool) wmat {
+	if len(w) < out*in {
+		panic("engine: weight smaller than [out][in]")
+	}
+	m := wmat{f32: w, out: out, in: in}
+	if !useAVX2 {
+		return m
+	}
+	if half && hasF16C {
+		m.h = packW(w, out, in, safetensors.Float32ToF16)
+	} else {
+		m.s = packW(w, out, in, func(v float32) float32 { return v })
 	}
 	return m
+}
+
+// packW returns w ([out][in]) as ceil(out/16) panels of in*16 values:
+// panel q holds, for k in [0, in), the 16 values w[16q+j][k], j in [0, 16)
+// (rows past out are zero). A kernel reads one panel row (16 consecutive
+// values) per k and multiplies it by one broadcast activation per token.
+func packW[E uint16 | float32](w []float32, out, in int, conv func(float32) E) []E {
+	np := (out + 15) / 16
+	p := make([]E, np*in*16)
+	for o := range out {
+		q, j := o/16, o%16
+		base := q * in * 16
+		row := w[o*in : (o+1)*in]
+		for k, v := range row {
+			p[base+k*16+j] = conv(v)
+		}
+	}
+	return p
 }
 
 // newWmatExact reports whether every value of w converts to binary16 exactly.
@@ -115,41 +145,25 @@ func newWmatExact(w []float32) bool {
 	return true
 }
 
+// panelPtr is the address of packed panel q (h or s).
+func (w *wmat) panelPtr(q int) unsafe.Pointer {
+	if w.h != nil {
+		return unsafe.Pointer(&w.h[q*w.in*16])
+	}
+	return unsafe.Pointer(&w.s[q*w.in*16])
+}
+
+// packed reports whether the packed kernels serve this matrix now.
+func (w *wmat) packed() bool { return useAVX2 && (w.h != nil || w.s != nil) }
+
 // rowDot is dot(row o of w, x) for a matrix with in columns.
 func (w *wmat) rowDot(o, in int, x []float32) float32 {
-	if w.h != nil && useAVX2 {
-		return dotH(w.h[o*in:o*in+in], x)
-	}
 	return dot(w.f32[o*in:o*in+in], x)
 }
 
 // rowDot2 is rowDot for two activation rows, reading the weight row once.
 func (w *wmat) rowDot2(o, in int, x0, x1 []float32) (float32, float32) {
-	if w.h != nil && useAVX2 {
-		return dot2H(w.h[o*in:o*in+in], x0, x1)
-	}
 	return dot2(w.f32[o*in:o*in+in], x0, x1)
-}
-
-// rowDot4 sets out[t] = rowDot(o, in, x[t*in:(t+1)*in]) for t in [0, 4),
-// bit for bit, widening the binary16 row once (w.h != nil, useAVX512).
-func (w *wmat) rowDot4(o, in int, x []float32, out *[4]float32) {
-	_ = x[4*in-1]
-	row := w.h[o*in : o*in+in]
-	if in < 8 {
-		for t := range 4 {
-			out[t] = dotH(row, x[t*in:(t+1)*in])
-		}
-		return
-	}
-	n := in &^ 7
-	dot4AVX512H(&row[0], &x[0], in, n, &out[0])
-	for i := n; i < in; i++ {
-		f := safetensors.F16ToFloat32(row[i])
-		for t := range 4 {
-			out[t] += f * x[t*in+i]
-		}
-	}
 }
 
 // mmJob is one matmul of a fused pass: out ([T][n]) = x · w^T, w [n][in].
@@ -163,34 +177,58 @@ type mmJob struct {
 // o in [0, outDim): x is [T][in], w is [outDim][in] (nn.Linear layout), out
 // is [T][outDim], all row-major. See matmulJobs.
 func matmulT(threads int, out, x, w []float32, T, in, outDim int) {
-	wm := wmat{f32: w}
+	wm := newWmat(w, outDim, in, false)
 	matmulJobs(threads, x, T, in, mmJob{out: out, w: &wm, n: outDim})
 }
 
 // matmulJobs runs several matmuls that share the input x ([T][in]) as one
 // parallel pass (e.g. Q, K and V; gate and up): the output rows of all jobs
 // are split across threads as one range, so one fan-out serves them all.
-// Tokens are processed in tiles so that a block of weight rows, read from
-// memory once, stays in L1 while the tile's tokens (two at a time) stream
-// past it: a T-token forward reads the weights about once, not T times.
+//
+// Packed path (AVX2+FMA): the rows go in 16-row panels; a kernel holds a
+// block of P panels x K tokens of outputs in registers (K <= 8 with
+// AVX-512, 6 with AVX2) and, per input column k, widens each panel's 16
+// weights once and multiplies them by every token's broadcast activation,
+// so a forward of up to 8 tokens reads every weight once. Portable path:
+// a block of 16 weight rows stays in L1 while the tokens pass it, two at
+// a time.
 //
 // Batch invariance: every output element is computed with the same sequence
-// of float32 operations (dot's order) whatever T, the tile, the fusion and
-// the thread split are, so a token's logits do not depend on what it is
+// of float32 operations whatever T, the tiling, the fusion and the thread
+// split are (packed: one sequential chain of FMAs over k from 0, the same
+// in every kernel variant, AVX2 or AVX-512, binary16 or float32 weights;
+// portable: dot's order), so a token's logits do not depend on what it is
 // batched with (speculative verification relies on this for exact greedy
 // equality).
 func matmulJobs(threads int, x []float32, T, in int, jobs ...mmJob) {
 	_ = x[T*in-1]
-	N := 0
+	N, packed := 0, true
 	for _, j := range jobs {
 		_ = j.out[T*j.n-1]
-		if len(j.w.f32) < j.n*in {
+		if len(j.w.f32) < j.n*in || (j.w.in != 0 && (j.w.in != in || j.w.out < j.n)) {
 			panic("engine: matmul weight smaller than [out][in]")
 		}
 		N += j.n
+		packed = packed && j.w.packed()
 	}
-	if T*N*in < 1<<15 {
-		threads = 1
+	threads = matmulThreads(threads, T, N, in)
+	if packed {
+		NP := 0
+		for _, j := range jobs {
+			NP += (j.n + 15) / 16
+		}
+		parallelFor(threads, NP, 4, func(lo, hi int) {
+			base := 0
+			for _, j := range jobs {
+				np := (j.n + 15) / 16
+				plo, phi := max(lo-base, 0), min(hi-base, np)
+				base += np
+				if plo < phi {
+					j.w.gemmPanels(j.out, x, T, in, j.n, plo, phi)
+				}
+			}
+		})
+		return
 	}
 	parallelFor(threads, N, 8, func(lo, hi int) {
 		base := 0
@@ -205,79 +243,213 @@ func matmulJobs(threads int, x []float32, T, in int, jobs ...mmJob) {
 	})
 }
 
-// matmulRange computes output rows [olo, ohi) of one matmul for all tokens.
-func matmulRange(out, x []float32, w *wmat, T, in, outDim, olo, ohi int) {
-	for t0 := 0; t0 < T; t0 += tokenTile {
-		t1 := min(t0+tokenTile, T)
-		for ob := olo; ob < ohi; ob += rowBlock {
-			oe := min(ob+rowBlock, ohi)
-			t := t0
-			if w.h != nil && useAVX2 && useAVX512 {
-				var r4 [4]float32
-				for ; t+4 <= t1; t += 4 {
-					xs := x[t*in : (t+4)*in]
-					for o := ob; o < oe; o++ {
-						w.rowDot4(o, in, xs, &r4)
-						out[t*outDim+o] = r4[0]
-						out[(t+1)*outDim+o] = r4[1]
-						out[(t+2)*outDim+o] = r4[2]
-						out[(t+3)*outDim+o] = r4[3]
+// matmulThreads is the number of threads for a matmul pass of T tokens,
+// N output rows and in columns: one below minParallelMACs multiply-adds
+// (a fan-out costs more than it saves there), else threads (<= 0:
+// GOMAXPROCS).
+func matmulThreads(threads, T, N, in int) int {
+	if T*N*in < minParallelMACs {
+		return 1
+	}
+	return threads
+}
+
+// minParallelMACs: matmul passes smaller than this run on one thread.
+var minParallelMACs = 1 << 15
+
+// gemmFn is one packed kernel (dot_gen.go).
+type gemmFn = func(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+// gemmTable holds the kernels of one instruction set and weight type by
+// [panels P][tokens K]; nil where a variant does not exist.
+type gemmTable [9][9]gemmFn
+
+// gemmPanels computes output rows [16*plo, min(16*phi, outDim)) of one
+// matmul for all T tokens with the packed kernels: panel groups outermost
+// (their weights stay in cache while all token tiles pass), then token
+// tiles of up to kmax tokens, then kernels of as many panels as fit.
+func (w *wmat) gemmPanels(out, x []float32, T, in, outDim, plo, phi int) {
+	var tab *gemmTable
+	kmax, tile := 6, 6
+	var base unsafe.Pointer
+	var pbytes uintptr
+	switch {
+	case w.h != nil:
+		base, pbytes = unsafe.Pointer(&w.h[0]), uintptr(in*16*2)
+		tab = &gemmTable256H
+		if useAVX512 {
+			tab, kmax = &gemmTable512H, 8
+		}
+	default:
+		base, pbytes = unsafe.Pointer(&w.s[0]), uintptr(in*16*4)
+		tab = &gemmTable256S
+		if useAVX512 {
+			tab, kmax = &gemmTable512S, 8
+		}
+	}
+	full := outDim / 16 // panels whose 16 rows are all outputs
+	var scratch [8 * 16]float32
+	for g := plo; g < phi; g += panelGroup {
+		ge := min(g+panelGroup, phi)
+		for t0 := 0; t0 < T; {
+			K := T - t0
+			if K > kmax {
+				K = min(tile, K)
+			}
+			xp := &x[t0*in]
+			for p := g; p < ge; {
+				wp := unsafe.Add(base, uintptr(p)*pbytes)
+				if p >= full {
+					// the last panel has fewer than 16 rows: through scratch
+					tab[1][K](wp, in, xp, in, &scratch[0], 16)
+					n := outDim - p*16
+					for t := range K {
+						copy(out[(t0+t)*outDim+p*16:(t0+t)*outDim+p*16+n], scratch[t*16:t*16+n])
+					}
+					p++
+					continue
+				}
+				P := 1
+				for _, c := range [...]int{8, 4, 3, 2} {
+					if tab[c][K] != nil && p+c <= min(ge, full) {
+						P = c
+						break
 					}
 				}
+				_ = out[(t0+K-1)*outDim+p*16+16*P-1]
+				tab[P][K](wp, in, xp, in, &out[t0*outDim+p*16], outDim)
+				p += P
 			}
-			for ; t+2 <= t1; t += 2 {
-				x0 := x[t*in : t*in+in]
-				x1 := x[(t+1)*in : (t+1)*in+in]
-				r0 := out[t*outDim : (t+1)*outDim]
-				r1 := out[(t+1)*outDim : (t+2)*outDim]
-				for o := ob; o < oe; o++ {
-					r0[o], r1[o] = w.rowDot2(o, in, x0, x1)
-				}
+			t0 += K
+		}
+	}
+}
+
+// matmulRange computes output rows [olo, ohi) of one matmul for all tokens
+// (portable path).
+func matmulRange(out, x []float32, w *wmat, T, in, outDim, olo, ohi int) {
+	for ob := olo; ob < ohi; ob += rowBlock {
+		oe := min(ob+rowBlock, ohi)
+		t := 0
+		for ; t+2 <= T; t += 2 {
+			x0 := x[t*in : t*in+in]
+			x1 := x[(t+1)*in : (t+1)*in+in]
+			r0 := out[t*outDim : (t+1)*outDim]
+			r1 := out[(t+1)*outDim : (t+2)*outDim]
+			for o := ob; o < oe; o++ {
+				r0[o], r1[o] = w.rowDot2(o, in, x0, x1)
 			}
-			for ; t < t1; t++ {
-				xt := x[t*in : t*in+in]
-				rt := out[t*outDim : (t+1)*outDim]
-				for o := ob; o < oe; o++ {
-					rt[o] = w.rowDot(o, in, xt)
-				}
+		}
+		for ; t < T; t++ {
+			xt := x[t*in : t*in+in]
+			rt := out[t*outDim : (t+1)*outDim]
+			for o := ob; o < oe; o++ {
+				rt[o] = w.rowDot(o, in, xt)
 			}
 		}
 	}
 }
 
-// dotH is dot with a given in binary16: the same operations on the same
-// (exactly widened) float32 values.
-func dotH(a []uint16, b []float32) float32 {
-	if len(a) < 8 {
-		f := make([]float32, len(a))
-		for i, v := range a {
-			f[i] = safetensors.F16ToFloat32(v)
-		}
-		return dot(f, b)
-	}
-	b = b[:len(a)]
-	n := len(a) &^ 7
-	s := dotAVX2H(&a[0], &b[0], n)
-	for i := n; i < len(a); i++ {
-		s += safetensors.F16ToFloat32(a[i]) * b[i]
-	}
-	return s
+// attnKernels are the AVX-512 attention kernels of one head dim
+// (dot_gen.go): scores of one query head against 16 keys at a time, and
+// value sums of 1..4 heads that share the value rows (values[h]).
+type attnKernels struct {
+	scores func(q, base *float32, slots *int32, n, stride int, out *float32)
+	values [5]valuesFn
 }
 
-// dot2H is dot2 with w in binary16.
-func dot2H(w []uint16, x0, x1 []float32) (float32, float32) {
-	if len(w) < 8 {
-		return dotH(w, x0), dotH(w, x1)
+type valuesFn = func(acc, base *float32, slots *int32, w *float32, ws, n, stride int)
+
+// hasAttn512 reports whether the AVX-512 attention kernels serve head dim hd.
+func hasAttn512(hd int) bool {
+	return useAVX512 && hd%16 == 0 && hd <= 128 && attnKernels512[hd/16].scores != nil
+}
+
+// scores512 sets out[i] = q . key_i for the keys of slots (key_i = base +
+// slots[i]*stride floats, hd floats each; hasAttn512(hd)) in groups of 16
+// keys; a last partial group is padded with its first key. A key's score
+// is the same whatever group and lane it is computed in.
+func scores512(q, base *float32, slots []int32, stride, hd int, out []float32) {
+	k := attnKernels512[hd/16].scores
+	n := len(slots) &^ 15
+	out = out[:len(slots)]
+	if n > 0 {
+		k(q, base, &slots[0], n, stride, &out[0])
 	}
-	x0, x1 = x0[:len(w)], x1[:len(w)]
-	n := len(w) &^ 7
-	a, b := dot2AVX2H(&w[0], &x0[0], &x1[0], n)
-	for i := n; i < len(w); i++ {
-		f := safetensors.F16ToFloat32(w[i])
-		a += f * x0[i]
-		b += f * x1[i]
+	if r := len(slots) - n; r > 0 {
+		var pad [16]int32
+		var tmp [16]float32
+		copy(pad[:], slots[n:])
+		for i := r; i < 16; i++ {
+			pad[i] = slots[n]
+		}
+		k(q, base, &pad[0], 16, stride, &tmp[0])
+		copy(out[n:], tmp[:r])
 	}
-	return a, b
+}
+
+// values512 is axpysAVX2 for h heads that share the value rows, with
+// 16-lane registers (the same FMAs per element): for each head j,
+// acc[j*hd+d] = fma(w[j*ws+i], value_i[d], acc[j*hd+d]) for the keys i in
+// order.
+// Value i of the shared rows is base + slots[i]*stride floats.
+func values512(acc []float32, base *float32, slots []int32, w []float32, ws, h, stride, hd int) {
+	if len(slots) == 0 {
+		return
+	}
+	n := len(slots)
+	_ = w[(h-1)*ws+n-1]
+	_ = acc[h*hd-1]
+	ks := &attnKernels512[hd/16].values
+	for j := 0; j < h; {
+		g := min(h-j, 4)
+		for ks[g] == nil {
+			g--
+		}
+		ks[g](&acc[j*hd], base, &slots[0], &w[j*ws], ws, n, stride)
+		j += g
+	}
+}
+
+// siluMul sets g[i] = SiLU(g[i]) * u[i] for i in [0, len(g)): with
+// AVX-512 in float32 vector arithmetic (siluMulAVX512: exp by a
+// polynomial, about 1e-7 relative error), else through float64 math.Exp.
+// Either way every element gets the same operations wherever it sits.
+func siluMul(g, u []float32) {
+	u = u[:len(g)]
+	if useAVX512 && len(g) > 0 {
+		siluMulAVX512(&g[0], &u[0], len(g))
+		return
+	}
+	for i := range g {
+		g[i] = silu(g[i]) * u[i]
+	}
+}
+
+// softmaxScaled sets x = softmax(x * scale) in place (len(x) >= 1): with
+// AVX-512 by softmaxAVX512 (float32 exp and a 16-lane sum), else scalar
+// with float64 math.Exp and a float64 sum. The result of a row depends only
+// on the row.
+func softmaxScaled(x []float32, scale float32) {
+	if useAVX512 && len(x) > 0 {
+		softmaxAVX512(&x[0], len(x), scale)
+		return
+	}
+	mx := float32(math.Inf(-1))
+	for i := range x {
+		x[i] *= scale
+		mx = max(mx, x[i])
+	}
+	var sum float64
+	for i, v := range x {
+		e := float32(math.Exp(float64(v - mx)))
+		x[i] = e
+		sum += float64(e)
+	}
+	inv := float32(1 / sum)
+	for i := range x {
+		x[i] *= inv
+	}
 }
 
 // axpy sets y[k] += a*x[k] for k in [0, len(y)) (fused multiply-add in the
