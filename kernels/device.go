@@ -476,6 +476,21 @@ func (c *Ctx) BlocksPerSM(f Func, threads, smem int) (int, error) {
 	return int(*n), nil
 }
 
+// staticSmem is f's static shared memory in bytes
+// (CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES), cached per kernel name.
+func (c *Ctx) staticSmem(name string, f Func) (int, error) {
+	key := name + "#static"
+	if v, ok := c.d.funcs[key]; ok {
+		return int(v), nil
+	}
+	n := new(int32)
+	if err := cuErr(cu.cuFuncGetAttribute.call(uintptr(unsafe.Pointer(n)), 1, uintptr(f)), "cuFuncGetAttribute"); err != nil {
+		return 0, fmt.Errorf("%s: static shared memory: %w", name, err)
+	}
+	c.d.funcs[key] = Func(*n)
+	return int(*n), nil
+}
+
 // FuncRegisters is the registers per thread of f (CU_FUNC_ATTRIBUTE_NUM_REGS).
 func (c *Ctx) FuncRegisters(f Func) (int, error) {
 	n := new(int32)

@@ -249,9 +249,28 @@ func (c *Ctx) gemvGrid(units, smem int) (grid, upb, threads int) {
 	return (units + upb - 1) / upb, upb, 32 * wpb
 }
 
-// gemvSmemAttr raises f's dynamic shared-memory limit to smem when needed.
+// gemvSmemAttr raises f's dynamic shared-memory limit to smem when needed:
+// when smem plus the kernel's static shared memory exceeds the 48 KB a
+// launch gets without opting in. (Comparing smem alone with 48 KB was the
+// concurrency bug of issue #12: a GEMV of 6 tokens over 2048 inputs has
+// exactly 48 KB of dynamic shared memory, and the kernel's static
+// scale[M] pushed the launch over the default, so cuLaunchKernelEx failed
+// with CUDA error 1 whenever a step happened to batch 6 tokens.)
 func (c *Ctx) gemvSmemAttr(name string, f Func, smem int) error {
-	if smem <= 48<<10 {
+	return c.smemAttr(name, f, smem)
+}
+
+// smemAttr raises f's dynamic shared-memory limit to smem when smem plus
+// its static shared memory is over 48 KB (cached per kernel name).
+func (c *Ctx) smemAttr(name string, f Func, smem int) error {
+	if smem <= 0 {
+		return nil
+	}
+	static, err := c.staticSmem(name, f)
+	if err != nil {
+		return err
+	}
+	if smem+static <= 48<<10 {
 		return nil
 	}
 	key := name + "#smem"
@@ -371,6 +390,10 @@ func (c *Ctx) RopeAppend(qkv, pos, slots, invFreq, kc, vc DevicePtr, T, nh, nkv,
 // ancestor bitmask over the request's new tokens.
 type AttnMeta struct {
 	SlotList, KVOff, KVLen, Cached, MaskOff, Mask DevicePtr
+	// TokIdx, when not 0, lists the tokens (int32 indices into the
+	// per-token arrays) that Attention computes: its T counts entries of
+	// TokIdx. The others are left to AttnTile.
+	TokIdx DevicePtr
 	// MaxLen, when > 0, bounds every token's key count: the launch then has
 	// only AttnSplitsFor(MaxLen) split blocks per head instead of
 	// AttnSplits (most of which would exit at once at short contexts). The
@@ -451,9 +474,57 @@ func (c *Ctx) Attention(qkv, out, kc, vc DevicePtr, m AttnMeta, T, nh, nkv, hd i
 		if err := c.launchByNamePDL(name, Dim3{uint32(n), uint32(nh), uint32(smax)}, Dim3{256, 1, 1}, 0,
 			P(qkv), P(out), P(kc), P(vc), P(m.SlotList), P(m.KVOff), P(m.KVLen), P(m.Cached), P(m.MaskOff), P(m.Mask),
 			I(nh), I(nkv), F(scale), I(t0), I(smax), I(AttnSplitMinKeys), P(c.d.attnPart), P(c.d.attnCnt),
-			I(b2i(AttnPreload))); err != nil {
+			I(b2i(AttnPreload)), P(m.TokIdx)); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// AttnTileRows is the query rows (tokens x query heads of one KV head) of
+// one AttnTile block: a tile holds AttnTileRows / (nh/nkv) tokens.
+const AttnTileRows = 128
+
+// AttnTileTokens is the most query tokens of one AttnTile tile for nh query
+// and nkv KV heads, 0 when AttnTile cannot serve the shape (head dim not
+// 64 or 128, or more than AttnTileRows query heads per KV head).
+func AttnTileTokens(nh, nkv, hd int) int {
+	if (hd != 64 && hd != 128) || nkv < 1 || nh%nkv != 0 || nh/nkv > AttnTileRows {
+		return 0
+	}
+	return AttnTileRows / (nh / nkv)
+}
+
+// AttnTileSmem is AttnTile's dynamic shared memory for head dim hd (see
+// ATILE_SMEM in llama.cu).
+func AttnTileSmem(hd int) int {
+	const rows, kt = AttnTileRows, 64
+	return (rows*(hd+4) + kt*(hd+4) + kt*hd + rows*(kt+4)) * 4
+}
+
+// AttnTile computes causal attention for prefill chunks: tiles [n][2]
+// int32 on the device, tile i = (first token, tokens) of consecutive new
+// tokens of one chain request (at most AttnTileTokens), whose attention
+// outputs it writes to out (same layout and metadata as Attention; mask
+// and cached counts are not read: token t sees keys [0, KVLen[t]) of its
+// slot list). Each block stages its keys and values once for all query
+// heads of a KV head and all tokens of the tile.
+func (c *Ctx) AttnTile(qkv, out, kc, vc DevicePtr, m AttnMeta, tiles DevicePtr, n, nh, nkv, hd int, scale float32) error {
+	if AttnTileTokens(nh, nkv, hd) == 0 || n < 1 {
+		return fmt.Errorf("attn_tile: %d tiles, heads %d/%d, head_dim %d: %w", n, nh, nkv, hd, ErrBadArg)
+	}
+	name := fmt.Sprintf("attn_tile_hd%d", hd)
+	f, err := c.Func(name)
+	if err != nil {
+		return err
+	}
+	smem := AttnTileSmem(hd)
+	if err := c.smemAttr(name, f, smem); err != nil {
+		return err
+	}
+	if err := c.launchPDL(f, Dim3{uint32(n), uint32(nkv), 1}, Dim3{256, 1, 1}, smem,
+		P(qkv), P(out), P(kc), P(vc), P(m.SlotList), P(m.KVOff), P(m.KVLen), P(tiles), I(nh), I(nkv), F(scale)); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	return nil
 }
