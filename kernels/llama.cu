@@ -679,7 +679,7 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
                           const int* __restrict__ kvoff, const int* __restrict__ kvlen, const int* __restrict__ cached,
                           const int* __restrict__ maskoff, const u32* __restrict__ mask, int nh, int nkv,
                           float scale, int t0, int smax, int kmin, float* __restrict__ part,
-                          int* __restrict__ cnt, int pre) {
+                          int* __restrict__ cnt, int pre, const int* __restrict__ tokidx) {
   constexpr int CH = 1024, NT = 256, NW = NT / 32;
   constexpr int QPL = HD / 4;                  // float4 per row
   constexpr int LPK = QPL < 32 ? QPL : 32;     // lanes per key
@@ -693,7 +693,9 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
   __shared__ float accs[NP * HD];
   __shared__ float ls[NP];
   float* qs = (float*)qs4;
-  const int t = blockIdx.x + t0, h = blockIdx.y, tid = threadIdx.x, sp = blockIdx.z;
+  // tokidx (optional): the launch covers tokens tokidx[t0 ...] (the others
+  // run through attn_tile); else tokens t0 ...
+  const int t = tokidx ? tokidx[blockIdx.x + t0] : blockIdx.x + t0, h = blockIdx.y, tid = threadIdx.x, sp = blockIdx.z;
   const int lane = tid & 31, w = tid >> 5, sub = lane / LPK, dl = lane - sub * LPK, pid = w * KPW + sub;
   const int kvdim = nkv * HD, qkvdim = nh * HD + 2 * kvdim;
   const int kvh = h / (nh / nkv);
@@ -931,9 +933,9 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
                                               const int* slot_list, const int* kvoff, const int* kvlen,      \
                                               const int* cached, const int* maskoff, const u32* mask, int nh, \
                                               int nkv, float scale, int t0, int smax, int kmin, float* part, \
-                                              int* cnt, int pre) {                                           \
+                                              int* cnt, int pre, const int* tokidx) {                        \
     attention<HD>(qkv, out, kc, vc, slot_list, kvoff, kvlen, cached, maskoff, mask, nh, nkv, scale, t0, smax, \
-                  kmin, part, cnt, pre);                                                                     \
+                  kmin, part, cnt, pre, tokidx);                                                             \
   }
 ATTN_INST(8)
 ATTN_INST(16)
@@ -941,6 +943,178 @@ ATTN_INST(32)
 ATTN_INST(64)
 ATTN_INST(128)
 ATTN_INST(256)
+
+// ---------------------------------------------------------------------------
+// attn_tile: causal attention for prefill chunks (the new tokens of a chain
+// request, consecutive in the batch). Tile i covers the query tokens
+// tiles[2i] .. tiles[2i] + tiles[2i+1] - 1 (global token indices of one
+// request; at most ATILE_ROWS / G of them, G = nh / nkv); block (i, kvh)
+// computes every query head of KV head kvh for them: ROWS rows (row =
+// qi * G + g), so each key and value row is read from the cache once per
+// tile and kv head instead of once per query token and head. Query token t
+// sees keys j < kvlen[t] of its slot list (chain order: cached prefix, then
+// the request's new tokens). Keys stream through shared memory in tiles of
+// KT with an online softmax; fp32 throughout. Each thread owns 8 rows x 4
+// keys of a score tile and 8 rows x HD/16 columns of the output.
+// Dynamic shared memory: ATILE_SMEM(HD) bytes. grid (tiles, nkv), block 256.
+#define ATILE_ROWS 128
+#define ATILE_KT 64
+#define ATILE_SMEM(HD) ((ATILE_ROWS * ((HD) + 4) + ATILE_KT * ((HD) + 4) + ATILE_KT * (HD) + ATILE_ROWS * (ATILE_KT + 4)) * 4)
+template <int HD>
+__device__ void attn_tile(const float* __restrict__ qkv, float* __restrict__ out, const float* __restrict__ kc,
+                          const float* __restrict__ vc, const int* __restrict__ slot_list,
+                          const int* __restrict__ kvoff, const int* __restrict__ kvlen,
+                          const int* __restrict__ tiles, int nh, int nkv, float scale) {
+  constexpr int ROWS = ATILE_ROWS, KT = ATILE_KT, NT = 256;
+  constexpr int DQ = HD / 4;  // float4 per row
+  constexpr int QS = HD + 4, KS = HD + 4, VS = HD, PS = KT + 4;
+  constexpr int DO = HD / 64;  // float4 of the output per thread and row
+  extern __shared__ float4 smem4[];
+  float* qs = (float*)smem4;
+  float* ks = qs + ROWS * QS;
+  float* vs = ks + KT * KS;
+  float* ps = vs + KT * VS;
+  __shared__ int sl[KT];
+  __shared__ int rlen[ROWS];
+  const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+  const int G = nh / nkv, QT = ROWS / G, R = QT * G;
+  const int tq0 = tiles[2 * blockIdx.x], nq = min(tiles[2 * blockIdx.x + 1], QT);
+  const int kvh = blockIdx.y;
+  const int kvdim = nkv * HD, qkvdim = nh * HD + 2 * kvdim;
+  pdl_trigger();
+  pdl_wait();
+  const int off = kvoff[tq0];
+  for (int i = tid; i < ROWS * DQ; i += NT) {
+    const int r = i / DQ, e = i - r * DQ;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < R && r / G < nq) {
+      const int qi = r / G, g = r - qi * G;
+      v = ((const float4*)(qkv + (size_t)(tq0 + qi) * qkvdim + (kvh * G + g) * HD))[e];
+      v.x *= scale; v.y *= scale; v.z *= scale; v.w *= scale;
+    }
+    *(float4*)(qs + r * QS + 4 * e) = v;
+  }
+  for (int r = tid; r < ROWS; r += NT) rlen[r] = (r < R && r / G < nq) ? kvlen[tq0 + r / G] : 0;
+  int kend = 0;
+  for (int qi = 0; qi < nq; qi++) kend = max(kend, kvlen[tq0 + qi]);
+  float m[8], l[8];
+  float4 o[8][DO];
+#pragma unroll
+  for (int a = 0; a < 8; a++) {
+    m[a] = NEG_INF;
+    l[a] = 0.f;
+#pragma unroll
+    for (int f = 0; f < DO; f++) o[a][f] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  for (int k0 = 0; k0 < kend; k0 += KT) {
+    const int kn = min(KT, kend - k0);
+    __syncthreads();  // the previous tile's readers are done
+    if (tid < KT) sl[tid] = tid < kn ? slot_list[off + k0 + tid] : 0;
+    __syncthreads();
+    for (int i = tid; i < KT * DQ; i += NT) {
+      const int j = i / DQ, e = i - j * DQ;
+      float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
+      if (j < kn) {
+        const size_t row = (size_t)sl[j] * kvdim + kvh * HD;
+        kv = ((const float4*)(kc + row))[e];
+        vv = ((const float4*)(vc + row))[e];
+      }
+      *(float4*)(ks + j * KS + 4 * e) = kv;
+      *(float4*)(vs + j * VS + 4 * e) = vv;
+    }
+    __syncthreads();
+    float s[8][4];
+#pragma unroll
+    for (int a = 0; a < 8; a++)
+#pragma unroll
+      for (int c = 0; c < 4; c++) s[a][c] = 0.f;
+#pragma unroll 4
+    for (int e = 0; e < DQ; e++) {
+      float4 kk[4];
+#pragma unroll
+      for (int c = 0; c < 4; c++) kk[c] = *(const float4*)(ks + (tx + 16 * c) * KS + 4 * e);
+#pragma unroll
+      for (int a = 0; a < 8; a++) {
+        const float4 q = *(const float4*)(qs + (ty * 8 + a) * QS + 4 * e);
+#pragma unroll
+        for (int c = 0; c < 4; c++)
+          s[a][c] = fmaf(q.x, kk[c].x, fmaf(q.y, kk[c].y, fmaf(q.z, kk[c].z, fmaf(q.w, kk[c].w, s[a][c]))));
+      }
+    }
+#pragma unroll
+    for (int a = 0; a < 8; a++) {
+      const int row = ty * 8 + a, len = rlen[row];
+      float mx = NEG_INF;
+#pragma unroll
+      for (int c = 0; c < 4; c++) {
+        if (k0 + tx + 16 * c >= len) s[a][c] = NEG_INF;
+        mx = fmaxf(mx, s[a][c]);
+      }
+#pragma unroll
+      for (int x = 8; x > 0; x >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, x));
+      const float mn = fmaxf(m[a], mx);
+      const float corr = m[a] == NEG_INF ? 0.f : expf(m[a] - mn);
+      float sum = 0.f;
+#pragma unroll
+      for (int c = 0; c < 4; c++) {
+        const float p = s[a][c] == NEG_INF ? 0.f : expf(s[a][c] - mn);
+        ps[row * PS + tx + 16 * c] = p;
+        sum += p;
+      }
+#pragma unroll
+      for (int x = 8; x > 0; x >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, x);
+      l[a] = l[a] * corr + sum;
+      m[a] = mn;
+#pragma unroll
+      for (int f = 0; f < DO; f++) {
+        o[a][f].x *= corr; o[a][f].y *= corr; o[a][f].z *= corr; o[a][f].w *= corr;
+      }
+    }
+    __syncthreads();
+    const int kn4 = (kn + 3) & ~3;  // keys past kn have p = 0 and zero values
+    for (int j = 0; j < kn4; j += 4) {
+      float4 vv[4][DO];
+#pragma unroll
+      for (int u = 0; u < 4; u++)
+#pragma unroll
+        for (int f = 0; f < DO; f++) vv[u][f] = *(const float4*)(vs + (j + u) * VS + 4 * (tx + 16 * f));
+#pragma unroll
+      for (int a = 0; a < 8; a++) {
+        const float4 p = *(const float4*)(ps + (ty * 8 + a) * PS + j);
+#pragma unroll
+        for (int f = 0; f < DO; f++) {
+          float4& acc = o[a][f];
+          acc.x = fmaf(p.x, vv[0][f].x, fmaf(p.y, vv[1][f].x, fmaf(p.z, vv[2][f].x, fmaf(p.w, vv[3][f].x, acc.x))));
+          acc.y = fmaf(p.x, vv[0][f].y, fmaf(p.y, vv[1][f].y, fmaf(p.z, vv[2][f].y, fmaf(p.w, vv[3][f].y, acc.y))));
+          acc.z = fmaf(p.x, vv[0][f].z, fmaf(p.y, vv[1][f].z, fmaf(p.z, vv[2][f].z, fmaf(p.w, vv[3][f].z, acc.z))));
+          acc.w = fmaf(p.x, vv[0][f].w, fmaf(p.y, vv[1][f].w, fmaf(p.z, vv[2][f].w, fmaf(p.w, vv[3][f].w, acc.w))));
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int a = 0; a < 8; a++) {
+    const int row = ty * 8 + a;
+    if (rlen[row] == 0) continue;
+    const int qi = row / G, g = row - qi * G;
+    const float inv = l[a] > 0.f ? 1.f / l[a] : 0.f;
+    float* dst = out + (size_t)(tq0 + qi) * nh * HD + (kvh * G + g) * HD;
+#pragma unroll
+    for (int f = 0; f < DO; f++) {
+      float4 v = o[a][f];
+      v.x *= inv; v.y *= inv; v.z *= inv; v.w *= inv;
+      *(float4*)(dst + 4 * (tx + 16 * f)) = v;
+    }
+  }
+}
+#define ATILE_INST(HD)                                                                                   \
+  extern "C" __global__ void __launch_bounds__(256) attn_tile_hd##HD(                                    \
+      const float* qkv, float* out, const float* kc, const float* vc, const int* slot_list,              \
+      const int* kvoff, const int* kvlen, const int* tiles, int nh, int nkv, float scale) {              \
+    attn_tile<HD>(qkv, out, kc, vc, slot_list, kvoff, kvlen, tiles, nh, nkv, scale);                     \
+  }
+ATILE_INST(64)
+ATILE_INST(128)
 
 // ---------------------------------------------------------------------------
 // decode_advance: multi-step greedy decoding of one sequence (no host

@@ -10,6 +10,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"os"
 	"unsafe"
 
 	"github.com/specgate/specgate/engine"
@@ -32,6 +33,9 @@ type Options struct {
 	NoGraphs bool   // run small batches eagerly instead of through CUDA graphs
 	NoCUBLAS bool   // large batches through chunked GEMV even when cuBLAS is present
 	NoPDL    bool   // no programmatic dependent launch (also off with SPECGATE_PDL=0)
+	// NoAttnTile computes prefill attention with the per-token kernel
+	// instead of attn_tile (also with SPECGATE_ATTN_TILE=0).
+	NoAttnTile bool
 	// TimeSteps records device events around each forward's uploads and
 	// kernels (not the copy back), read with StepTimes (benchmarks).
 	TimeSteps bool
@@ -81,6 +85,8 @@ type Backend struct {
 	ev0, ev1                 kernels.Event // TimeSteps
 	stepTimes                []float64     // TimeSteps: device seconds per forward
 	attnMax                  int           // longest key count of the step being queued (AttnMeta.MaxLen)
+	tileTokens               int           // kernels.AttnTileTokens of the model; 0: no attn_tile
+	nTiles, nRest            int           // the step's attn_tile tiles and per-token attention tokens (uploadMeta)
 }
 
 var _ engine.Backend = (*Backend)(nil)
@@ -115,6 +121,9 @@ func New(cfg engine.Config, w *engine.Weights, opt Options) (*Backend, error) {
 		qkvDim: cfg.QDim() + 2*cfg.KVDim(), kvDim: cfg.KVDim(), eps: float32(cfg.RMSNormEps)}
 	if opt.Eps > 0 {
 		b.eps = opt.Eps
+	}
+	if !opt.NoAttnTile && os.Getenv("SPECGATE_ATTN_TILE") != "0" {
+		b.tileTokens = kernels.AttnTileTokens(cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim)
 	}
 	if err := dev.Do(func(c *kernels.Ctx) error { return b.load(c, w) }); err != nil {
 		b.Close()
@@ -312,7 +321,9 @@ func (b *Backend) freeScratch(c *kernels.Ctx) {
 
 // metaLayout gives int32 offsets of the metadata arrays for capacities
 // (tokens T, slot list S, mask words W, logit rows R).
-type metaLayout struct{ tokens, pos, slots, kvoff, kvlen, cached, maskoff, rows, slotList, mask, total int }
+type metaLayout struct {
+	tokens, pos, slots, kvoff, kvlen, cached, maskoff, rows, tiles, rest, slotList, mask, total int
+}
 
 func layoutFor(T, S, W, R int) metaLayout {
 	var m metaLayout
@@ -320,7 +331,8 @@ func layoutFor(T, S, W, R int) metaLayout {
 	next := func(n int) int { r := o; o += (n + 3) / 4 * 4; return r } // 16-byte aligned
 	m.tokens, m.pos, m.slots = next(T), next(T), next(T)
 	m.kvoff, m.kvlen, m.cached, m.maskoff = next(T), next(T), next(T), next(T)
-	m.rows, m.slotList, m.mask = next(R), next(S), next(max(W, 1))
+	m.rows, m.tiles, m.rest = next(R), next(2*T), next(T)
+	m.slotList, m.mask = next(S), next(max(W, 1))
 	m.total = o
 	return m
 }

@@ -18,14 +18,23 @@ type flatBatch struct {
 	slotList                     []int32
 	mask                         []int32 // uint32 bit rows, stored as int32
 	reqRows                      []int   // first logits row of each request
+	// tiles: (first token, tokens) pairs of prefill chunks whose attention
+	// runs through attn_tile; rest: the other tokens (nil when tiles is
+	// empty: then every token runs through the per-token kernel).
+	tiles, rest []int32
 }
+
+// AttnTileMin is the fewest new tokens of a chain request whose attention
+// runs through attn_tile (prefill chunks); shorter ones (decode tokens,
+// short chains) use the per-token split kernel.
+const AttnTileMin = 16
 
 // flatten validates reqs and builds the per-token metadata.
 func (b *Backend) flatten(reqs []*engine.ForwardRequest) (*flatBatch, error) {
 	fb := &b.hostFlat
 	*fb = flatBatch{tokens: fb.tokens[:0], pos: fb.pos[:0], slots: fb.slots[:0], kvoff: fb.kvoff[:0],
 		kvlen: fb.kvlen[:0], cached: fb.cached[:0], maskof: fb.maskof[:0], rows: fb.rows[:0],
-		slotList: fb.slotList[:0], mask: fb.mask[:0], reqRows: fb.reqRows[:0]}
+		slotList: fb.slotList[:0], mask: fb.mask[:0], reqRows: fb.reqRows[:0], tiles: fb.tiles[:0], rest: fb.rest[:0]}
 	V, ns := b.cfg.VocabSize, int32(b.opt.NumSlots)
 	for ri, r := range reqs {
 		n := len(r.Tokens)
@@ -62,6 +71,15 @@ func (b *Backend) flatten(reqs []*engine.ForwardRequest) (*flatBatch, error) {
 		}
 		fb.slotList = append(fb.slotList, r.Slots...)
 		t0 := len(fb.tokens)
+		if b.tileTokens > 0 && r.Parents == nil && n >= AttnTileMin {
+			for i := 0; i < n; i += b.tileTokens {
+				fb.tiles = append(fb.tiles, int32(t0+i), int32(min(b.tileTokens, n-i)))
+			}
+		} else {
+			for i := 0; i < n; i++ {
+				fb.rest = append(fb.rest, int32(t0+i))
+			}
+		}
 		wpr := (n + 31) / 32
 		for i := 0; i < n; i++ {
 			fb.tokens = append(fb.tokens, r.Tokens[i])
@@ -102,6 +120,9 @@ func (b *Backend) flatten(reqs []*engine.ForwardRequest) (*flatBatch, error) {
 		}
 	}
 	fb.T, fb.R, fb.S, fb.W = len(fb.tokens), len(fb.rows), len(fb.slotList), len(fb.mask)
+	if len(fb.tiles) == 0 {
+		fb.rest = fb.rest[:0]
+	}
 	if kernels.DebugLaunches {
 		if err := checkSlotsDisjoint(reqs); err != nil {
 			return nil, err
@@ -310,6 +331,9 @@ func (b *Backend) uploadMeta(c *kernels.Ctx, fb *flatBatch) (metaLayout, unsafe.
 	copy(hm[lay.cached:], fb.cached)
 	copy(hm[lay.maskoff:], fb.maskof)
 	copy(hm[lay.rows:], fb.rows)
+	copy(hm[lay.tiles:], fb.tiles)
+	copy(hm[lay.rest:], fb.rest)
+	b.nTiles, b.nRest = len(fb.tiles)/2, len(fb.rest)
 	copy(hm[lay.slotList:], fb.slotList)
 	copy(hm[lay.mask:], fb.mask)
 	stage := unsafe.Pointer(&b.stage.Bytes()[0])
@@ -442,7 +466,7 @@ func (b *Backend) run(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) err
 				return fmt.Errorf("layer %d rope: %w", l, err)
 			}
 		}
-		if err := c.Attention(b.qkv, b.attn, kc, vc, am, T, nh, nkv, hd, scale); err != nil {
+		if err := b.attention(c, am, lay, kc, vc, T, scale); err != nil {
 			return fmt.Errorf("layer %d attention: %w", l, err)
 		}
 		if err := b.mm(c, kernels.GemvResid, ly.wo, b.attn, 0, 0, b.x, T, H, cfg.QDim()); err != nil {
@@ -467,6 +491,24 @@ func (b *Backend) run(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) err
 		}
 	}
 	return nil
+}
+
+// attention queues one layer's attention: the per-token split kernel for
+// every token, or, when the batch has prefill tiles (b.nTiles), attn_tile
+// for them and the split kernel for the rest.
+func (b *Backend) attention(c *kernels.Ctx, am kernels.AttnMeta, lay metaLayout, kc, vc kernels.DevicePtr, T int, scale float32) error {
+	cfg := b.cfg
+	nh, nkv, hd := cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim
+	if b.nTiles == 0 {
+		return c.Attention(b.qkv, b.attn, kc, vc, am, T, nh, nkv, hd, scale)
+	}
+	if b.nRest > 0 {
+		am.TokIdx = b.meta + kernels.DevicePtr(lay.rest*4)
+		if err := c.Attention(b.qkv, b.attn, kc, vc, am, b.nRest, nh, nkv, hd, scale); err != nil {
+			return err
+		}
+	}
+	return c.AttnTile(b.qkv, b.attn, kc, vc, am, b.meta+kernels.DevicePtr(lay.tiles*4), b.nTiles, nh, nkv, hd, scale)
 }
 
 // mm computes one projection of M rows (see kernels.GemvKind): GEMV when M
