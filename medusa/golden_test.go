@@ -1,0 +1,200 @@
+package medusa
+
+import (
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/engine/safetensors"
+)
+
+// The golden files in testdata/golden were written by tools/medusa_golden.py
+// with PyTorch on the GPU machine (CPU side): heads built with the Medusa
+// reference implementation's module structure, random weights, saved as the
+// reference saves them, and their logits on random hidden rows computed by
+// the PyTorch modules in float64.
+
+func goldenBase(t *testing.T) *engine.Model {
+	t.Helper()
+	m, err := engine.Load("testdata/golden/base", engine.LoadOptions{SkipTokenizer: true, KVTokens: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func readGolden(t *testing.T, dir string) (hidden, logits []float32, lshape []int64) {
+	t.Helper()
+	f, err := safetensors.Open(filepath.Join(dir, "golden.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	hidden, _, err = f.ReadFloat32("hidden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logits, lshape, err = f.ReadFloat32("logits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hidden, logits, lshape
+}
+
+func TestGoldenLogits(t *testing.T) {
+	base := goldenBase(t)
+	for _, tc := range []struct {
+		dir           string
+		heads, layers int
+		shared        bool
+	}{
+		{"own", 3, 2, false},   // own projection, the repeated block, float32
+		{"shared", 2, 1, true}, // base lm_head, float16, "medusa_head." prefix
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			dir := filepath.Join("testdata/golden", tc.dir)
+			h, err := Load(dir, base, LoadOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.NumHeads != tc.heads || h.layers != tc.layers || h.Shared != tc.shared {
+				t.Fatalf("loaded %d heads x %d layers shared=%v, want %d x %d %v", h.NumHeads, h.layers, h.Shared, tc.heads, tc.layers, tc.shared)
+			}
+			hidden, want, shape := readGolden(t, dir)
+			rows := len(hidden) / h.Hidden
+			if shape[0] != int64(tc.heads) || shape[1] != int64(rows) || shape[2] != int64(h.Vocab) {
+				t.Fatalf("golden logits shape %v", shape)
+			}
+			got := h.Logits(hidden, rows, tc.heads, nil)
+			worst := 0.0
+			for i := range want {
+				worst = max(worst, math.Abs(float64(got[i]-want[i])))
+			}
+			t.Logf("%s: max |go - torch| = %.2e over %d logits", tc.dir, worst, len(want))
+			if worst > 1e-4 {
+				t.Fatalf("max abs diff %.3e > 1e-4", worst)
+			}
+		})
+	}
+}
+
+func TestGoldenShareOverride(t *testing.T) {
+	// ShareLMHead on heads with their own projections uses the base lm_head:
+	// the logits must equal blocks(hidden) . lm_head^T, i.e. differ from the
+	// golden own-projection logits.
+	base := goldenBase(t)
+	h, err := Load("testdata/golden/own", base, LoadOptions{ShareLMHead: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hidden, want, _ := readGolden(t, "testdata/golden/own")
+	got := h.Logits(hidden, 1, 1, nil)
+	same := true
+	for i := range got {
+		if got[i] != want[i] {
+			same = false
+		}
+	}
+	if same || !h.Shared {
+		t.Fatal("ShareLMHead did not replace the projection")
+	}
+}
+
+func TestPickleError(t *testing.T) {
+	base := goldenBase(t)
+	_, err := Load("testdata/golden/pt", base, LoadOptions{})
+	if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "medusa_lm_head.pt") || !strings.Contains(err.Error(), "save_file") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// copyDir copies the golden dir src into a temp dir for mutation tests.
+func copyDir(t *testing.T, src string) string {
+	t.Helper()
+	dst := t.TempDir()
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+func TestLoadErrors(t *testing.T) {
+	base := goldenBase(t)
+	writeCfg := func(dir, cfg string) {
+		if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		edit  func(dir string)
+		is    error
+		wants []string
+	}{
+		{"missing heads", func(d string) { writeCfg(d, `{"medusa_num_layers": 2}`) }, ErrFormat, []string{"config.json", "medusa_num_heads: missing"}},
+		{"bad json", func(d string) { writeCfg(d, `{"medusa_num_heads": 3,`) }, ErrFormat, []string{"config.json"}},
+		{"heads range", func(d string) { writeCfg(d, `{"medusa_num_heads": 0, "medusa_num_layers": 2}`) }, ErrFormat, []string{"medusa_num_heads 0"}},
+		{"fewer heads than file", func(d string) { writeCfg(d, `{"medusa_num_heads": 2, "medusa_num_layers": 2}`) }, ErrFormat, []string{"medusa_lm_head.safetensors", `"2.0.linear.bias"`, "medusa_num_heads"}},
+		{"more heads than file", func(d string) { writeCfg(d, `{"medusa_num_heads": 4, "medusa_num_layers": 2}`) }, ErrFormat, []string{"medusa_lm_head.safetensors", "3 of 4 heads"}},
+		{"fewer layers", func(d string) { writeCfg(d, `{"medusa_num_heads": 3, "medusa_num_layers": 1}`) }, ErrFormat, []string{"medusa_num_layers"}},
+		{"hidden size", func(d string) { writeCfg(d, `{"medusa_num_heads": 3, "medusa_num_layers": 2, "hidden_size": 128}`) }, ErrMismatch, []string{"config.json", "hidden_size 128", "target hidden_size 64"}},
+		{"vocab size", func(d string) { writeCfg(d, `{"medusa_num_heads": 3, "medusa_num_layers": 2, "vocab_size": 32000}`) }, ErrMismatch, []string{"vocab_size 32000"}},
+		{"bad tree", func(d string) {
+			writeCfg(d, `{"medusa_num_heads": 3, "medusa_num_layers": 2, "specgate": {"tree": [[0, 1], [0]]}}`)
+		}, ErrFormat, []string{"specgate.tree", "before its parent"}},
+		{"vocab limit without frequencies", nil, ErrFormat, []string{"specgate.token_frequency: missing"}},
+		{"no weights", func(d string) { os.Remove(filepath.Join(d, "medusa_lm_head.safetensors")) }, ErrFormat, []string{"medusa_lm_head.safetensors"}},
+		{"truncated weights", func(d string) {
+			p := filepath.Join(d, "medusa_lm_head.safetensors")
+			b, _ := os.ReadFile(p)
+			os.WriteFile(p, b[:len(b)/2], 0o644)
+		}, ErrFormat, []string{"medusa_lm_head.safetensors"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := copyDir(t, "testdata/golden/own")
+			opts := LoadOptions{}
+			if tc.edit != nil {
+				tc.edit(d)
+			} else {
+				opts.VocabLimit = 10
+			}
+			_, err := Load(d, base, opts)
+			if err == nil || !errors.Is(err, tc.is) {
+				t.Fatalf("err = %v, want %v", err, tc.is)
+			}
+			for _, w := range tc.wants {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("err %q does not name %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestHiddenMismatchFromWeights(t *testing.T) {
+	// heads of another model (hidden 64) against a target of hidden 48: the
+	// weights' shapes name the tensor and both sizes.
+	cfg := engine.Config{HiddenSize: 48, IntermediateSize: 64, NumLayers: 1, NumHeads: 4, NumKVHeads: 2, HeadDim: 12,
+		VocabSize: 320, MaxPositions: 64, RMSNormEps: 1e-6, RopeTheta: 10000, TieWordEmbeddings: true}
+	m := engine.NewRandomModel(cfg, 1, engine.LoadOptions{KVTokens: 64})
+	defer m.Close()
+	_, err := Load("testdata/golden/own", m, LoadOptions{})
+	if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), `"0.0.linear.weight"`) || !strings.Contains(err.Error(), "hidden_size 48") {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -1,0 +1,389 @@
+// Package medusa runs Medusa heads (Cai et al. 2024, "Medusa: Simple LLM
+// Inference Acceleration Framework with Multiple Decoding Heads") as an
+// engine.Proposer: small residual heads on the target's final hidden state
+// predict the tokens after the next one, their top-k candidates form a
+// sparse token tree, and the engine verifies the tree in the target's own
+// forward.
+//
+// Format: the directory the Medusa reference implementation
+// (FasterDecoding/Medusa) writes. config.json names medusa_num_heads and
+// medusa_num_layers; medusa_lm_head.safetensors holds the state dict of the
+// reference's nn.ModuleList of heads, each an nn.Sequential of
+// medusa_num_layers ResBlocks (x + SiLU(Linear(x))) and, in the current
+// layout, a final Linear(hidden, vocab, bias=False):
+//
+//	{head}.{layer}.linear.weight  [hidden][hidden]
+//	{head}.{layer}.linear.bias    [hidden]
+//	{head}.{medusa_num_layers}.weight  [vocab][hidden]  (absent: the base lm_head)
+//
+// optionally prefixed "medusa_head." (a whole MedusaModel's state dict).
+// Without the final Linear (the reference's first layout) the heads share the
+// base model's lm_head, which is also what LoadOptions.ShareLMHead forces.
+// medusa_lm_head.pt (a PyTorch pickle, the reference's other format) is not
+// read: Load's error says how to convert it to safetensors.
+//
+// specgate's own keys live under "specgate" in config.json: share_lm_head,
+// token_frequency (a JSON file of per-token counts, for LoadOptions.VocabLimit:
+// FR-Spec-style restriction of the heads' vocabulary to the most frequent
+// tokens), tree (the default candidate tree, Medusa "choices" paths) and
+// nodes (how many of its nodes to use by default).
+package medusa
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/engine/safetensors"
+)
+
+// ErrFormat is wrapped by every error about a malformed heads directory;
+// ErrMismatch by a heads directory that does not fit the target model.
+var (
+	ErrFormat   = errors.New("medusa: bad heads directory")
+	ErrMismatch = errors.New("medusa: heads do not fit the target model")
+)
+
+// File names in a heads directory.
+const (
+	ConfigFile  = "config.json"
+	WeightsFile = "medusa_lm_head.safetensors"
+	PickleFile  = "medusa_lm_head.pt"
+)
+
+// Config is a heads directory's config.json.
+type Config struct {
+	NumHeads  int    `json:"medusa_num_heads"`
+	NumLayers int    `json:"medusa_num_layers"`
+	BaseModel string `json:"base_model_name_or_path"`
+	// HiddenSize and VocabSize are optional; when present they are checked
+	// against the target.
+	HiddenSize int `json:"hidden_size"`
+	VocabSize  int `json:"vocab_size"`
+	Specgate   struct {
+		ShareLMHead    bool    `json:"share_lm_head"`
+		TokenFrequency string  `json:"token_frequency"`
+		Tree           [][]int `json:"tree"`
+		Nodes          int     `json:"nodes"`
+	} `json:"specgate"`
+}
+
+// LoadOptions tune Load. The zero value loads the heads as saved.
+type LoadOptions struct {
+	// ShareLMHead uses the target's lm_head as every head's vocabulary
+	// projection even when the file has its own (less memory; what heads
+	// trained with a frozen shared lm_head need).
+	ShareLMHead bool
+	// VocabLimit > 0 restricts the heads' candidates to the VocabLimit most
+	// frequent tokens of the directory's token_frequency file (FR-Spec):
+	// the projection then reads VocabLimit rows instead of the vocabulary.
+	VocabLimit int
+	// Threads for the heads' matmuls (0 = GOMAXPROCS).
+	Threads int
+}
+
+// Heads are loaded Medusa heads. Read-only after Load: safe for concurrent
+// use.
+type Heads struct {
+	Config                  Config
+	Dir                     string
+	NumHeads, Hidden, Vocab int
+	// Shared reports whether the heads use the target's lm_head.
+	Shared bool
+
+	layers  int
+	w, b    [][][]float32 // [head][layer] W [H][H], bias [H]
+	proj    [][]float32   // [head] [rows][H] (shared heads alias one slice)
+	ids     []int32       // proj row r is token ids[r]; nil: row r is token r
+	threads int
+}
+
+// Rows is the number of candidate tokens per head (the vocabulary, or
+// VocabLimit).
+func (h *Heads) Rows() int {
+	if h.ids != nil {
+		return len(h.ids)
+	}
+	return h.Vocab
+}
+
+// TokenOf maps a projection row to its token id.
+func (h *Heads) TokenOf(row int) int32 {
+	if h.ids != nil {
+		return h.ids[row]
+	}
+	return int32(row)
+}
+
+// Load reads the heads in dir for target (its hidden size and vocabulary
+// are checked; its lm_head is shared when the file has no projection or
+// opts.ShareLMHead). Errors name the file and the field or tensor.
+func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
+	cfgPath := filepath.Join(dir, ConfigFile)
+	raw, err := os.ReadFile(cfgPath)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrFormat, err)
+	}
+	cfg, err := ParseConfig(raw, cfgPath)
+	if err != nil {
+		return nil, err
+	}
+	H, V := target.Config.HiddenSize, target.Config.VocabSize
+	if cfg.HiddenSize != 0 && cfg.HiddenSize != H {
+		return nil, fmt.Errorf("%s: hidden_size %d, target hidden_size %d: %w", cfgPath, cfg.HiddenSize, H, ErrMismatch)
+	}
+	if cfg.VocabSize != 0 && cfg.VocabSize != V {
+		return nil, fmt.Errorf("%s: vocab_size %d, target vocab_size %d: %w", cfgPath, cfg.VocabSize, V, ErrMismatch)
+	}
+	wPath := filepath.Join(dir, WeightsFile)
+	if _, err := os.Stat(wPath); errors.Is(err, os.ErrNotExist) {
+		if _, perr := os.Stat(filepath.Join(dir, PickleFile)); perr == nil {
+			return nil, fmt.Errorf("%s: a PyTorch pickle; specgate reads %s only (convert: python3 -c \"import torch; from safetensors.torch import save_file; "+
+				"sd = torch.load('%s', map_location='cpu'); save_file({k: v.contiguous().clone() for k, v in sd.items()}, '%s')\"): %w",
+				filepath.Join(dir, PickleFile), WeightsFile, PickleFile, WeightsFile, ErrFormat)
+		}
+	}
+	set, err := safetensors.Open(wPath)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrFormat, err)
+	}
+	defer set.Close()
+	h := &Heads{Config: cfg, Dir: dir, NumHeads: cfg.NumHeads, Hidden: H, Vocab: V, layers: cfg.NumLayers, threads: opts.Threads}
+
+	// names: strip an optional "medusa_head." prefix; every tensor must be known.
+	names := map[string]string{} // canonical -> stored
+	for _, n := range set.Names() {
+		c := strings.TrimPrefix(n, "medusa_head.")
+		if prev, dup := names[c]; dup {
+			return nil, fmt.Errorf("%s: tensors %q and %q are the same parameter: %w", wPath, prev, n, ErrFormat)
+		}
+		names[c] = n
+	}
+	L := cfg.NumLayers
+	canon := make([]string, 0, len(names))
+	for c := range names {
+		canon = append(canon, c)
+	}
+	sort.Strings(canon)
+	for _, c := range canon {
+		n := names[c]
+		head, rest, ok := strings.Cut(c, ".")
+		hi, err := strconv.Atoi(head)
+		if !ok || err != nil || hi < 0 || hi >= cfg.NumHeads {
+			return nil, fmt.Errorf("%s: tensor %q: not a parameter of %d heads x %d layers (medusa_num_heads in %s): %w", wPath, n, cfg.NumHeads, L, cfgPath, ErrFormat)
+		}
+		layer, field, _ := strings.Cut(rest, ".")
+		li, err := strconv.Atoi(layer)
+		if err != nil || li < 0 || li > L || (li < L && field != "linear.weight" && field != "linear.bias") || (li == L && field != "weight") {
+			return nil, fmt.Errorf("%s: tensor %q: not a parameter of %d heads x %d layers (medusa_num_layers in %s): %w", wPath, n, cfg.NumHeads, L, cfgPath, ErrFormat)
+		}
+	}
+	read := func(c string, shape []int64) ([]float32, error) {
+		n, ok := names[c]
+		if !ok {
+			return nil, fmt.Errorf("%s: tensor %q: missing (%d heads x %d layers in %s): %w", wPath, c, cfg.NumHeads, L, cfgPath, ErrFormat)
+		}
+		info, _ := set.Info(n)
+		if !info.DType.Float() {
+			return nil, fmt.Errorf("%s: tensor %q: dtype %s unsupported (want F32, F16 or BF16): %w", wPath, n, info.DType, ErrFormat)
+		}
+		if len(info.Shape) != len(shape) || !sameShape(info.Shape, shape) {
+			err := ErrFormat
+			if len(info.Shape) == len(shape) {
+				err = ErrMismatch // right rank, other sizes: another model's heads
+			}
+			return nil, fmt.Errorf("%s: tensor %q: shape %v, want %v for target hidden_size %d, vocab_size %d: %w", wPath, n, info.Shape, shape, H, V, err)
+		}
+		buf := make([]float32, info.NumElements())
+		if err := set.ReadFloat32Into(n, buf); err != nil {
+			return nil, fmt.Errorf("%s: tensor %q: %w: %w", wPath, n, ErrFormat, err)
+		}
+		for i, v := range buf {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return nil, fmt.Errorf("%s: tensor %q: element %d is %v: %w", wPath, n, i, v, ErrFormat)
+			}
+		}
+		return buf, nil
+	}
+	h.w = make([][][]float32, cfg.NumHeads)
+	h.b = make([][][]float32, cfg.NumHeads)
+	own := 0
+	for i := range cfg.NumHeads {
+		if _, ok := names[fmt.Sprintf("%d.%d.weight", i, L)]; ok {
+			own++
+		}
+	}
+	if own != 0 && own != cfg.NumHeads {
+		return nil, fmt.Errorf("%s: %d of %d heads have a vocabulary projection (\"{head}.%d.weight\"): all or none: %w", wPath, own, cfg.NumHeads, L, ErrFormat)
+	}
+	h.Shared = own == 0 || opts.ShareLMHead || cfg.Specgate.ShareLMHead
+	if cfg.Specgate.ShareLMHead && own != 0 && !opts.ShareLMHead {
+		return nil, fmt.Errorf("%s: specgate.share_lm_head is true but %s has vocabulary projections: %w", cfgPath, wPath, ErrFormat)
+	}
+	var full [][]float32
+	for i := range cfg.NumHeads {
+		for j := range L {
+			w, err := read(fmt.Sprintf("%d.%d.linear.weight", i, j), []int64{int64(H), int64(H)})
+			if err != nil {
+				return nil, err
+			}
+			b, err := read(fmt.Sprintf("%d.%d.linear.bias", i, j), []int64{int64(H)})
+			if err != nil {
+				return nil, err
+			}
+			h.w[i] = append(h.w[i], w)
+			h.b[i] = append(h.b[i], b)
+		}
+		if !h.Shared {
+			p, err := read(fmt.Sprintf("%d.%d.weight", i, L), []int64{int64(V), int64(H)})
+			if err != nil {
+				return nil, err
+			}
+			full = append(full, p)
+		}
+	}
+	if opts.VocabLimit > 0 && opts.VocabLimit < V {
+		ids, err := frequentTokens(dir, cfg, V, opts.VocabLimit)
+		if err != nil {
+			return nil, err
+		}
+		h.ids = ids
+	} else if opts.VocabLimit < 0 {
+		return nil, fmt.Errorf("medusa: VocabLimit %d < 0: %w", opts.VocabLimit, ErrFormat)
+	}
+	rows := func(m []float32) []float32 {
+		if h.ids == nil {
+			return m
+		}
+		out := make([]float32, len(h.ids)*H)
+		for r, id := range h.ids {
+			copy(out[r*H:(r+1)*H], m[int(id)*H:(int(id)+1)*H])
+		}
+		return out
+	}
+	h.proj = make([][]float32, cfg.NumHeads)
+	if h.Shared {
+		lm := target.Weights.LMHead
+		if len(lm) != V*H {
+			return nil, fmt.Errorf("medusa: target lm_head has %d values, want %d x %d: %w", len(lm), V, H, ErrMismatch)
+		}
+		p := rows(lm)
+		for i := range h.proj {
+			h.proj[i] = p
+		}
+	} else {
+		for i := range h.proj {
+			h.proj[i] = rows(full[i])
+		}
+	}
+	return h, nil
+}
+
+func sameShape(a, b []int64) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// ParseConfig parses a heads config.json (file names it in errors).
+func ParseConfig(raw []byte, file string) (Config, error) {
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return Config{}, fmt.Errorf("%s: %w: %w", file, ErrFormat, err)
+	}
+	for _, k := range []string{"medusa_num_heads", "medusa_num_layers"} {
+		if _, ok := probe[k]; !ok {
+			return Config{}, fmt.Errorf("%s: %s: missing: %w", file, k, ErrFormat)
+		}
+	}
+	var c Config
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return Config{}, fmt.Errorf("%s: %w: %w", file, ErrFormat, err)
+	}
+	if c.NumHeads < 1 || c.NumHeads > 64 {
+		return Config{}, fmt.Errorf("%s: medusa_num_heads %d: want 1..64: %w", file, c.NumHeads, ErrFormat)
+	}
+	if c.NumLayers < 0 || c.NumLayers > 16 {
+		return Config{}, fmt.Errorf("%s: medusa_num_layers %d: want 0..16: %w", file, c.NumLayers, ErrFormat)
+	}
+	if c.HiddenSize < 0 || c.VocabSize < 0 {
+		return Config{}, fmt.Errorf("%s: hidden_size %d / vocab_size %d: want >= 0: %w", file, c.HiddenSize, c.VocabSize, ErrFormat)
+	}
+	if c.Specgate.Tree != nil {
+		if _, err := NewTree(c.Specgate.Tree, c.NumHeads); err != nil {
+			return Config{}, fmt.Errorf("%s: specgate.tree: %w", file, err)
+		}
+	}
+	if c.Specgate.Nodes < 0 || (c.Specgate.Nodes > 0 && c.Specgate.Nodes > len(c.Specgate.Tree)) {
+		return Config{}, fmt.Errorf("%s: specgate.nodes %d: want 0..len(specgate.tree) = %d: %w", file, c.Specgate.Nodes, len(c.Specgate.Tree), ErrFormat)
+	}
+	return c, nil
+}
+
+// frequentTokens returns the limit most frequent token ids (ties by id) of
+// the directory's token_frequency file, sorted by id.
+func frequentTokens(dir string, cfg Config, V, limit int) ([]int32, error) {
+	if cfg.Specgate.TokenFrequency == "" {
+		return nil, fmt.Errorf("%s: specgate.token_frequency: missing (needed for a vocabulary limit): %w", filepath.Join(dir, ConfigFile), ErrFormat)
+	}
+	path := filepath.Join(dir, filepath.Clean("/" + cfg.Specgate.TokenFrequency)[1:])
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrFormat, err)
+	}
+	var f struct {
+		Counts []int64 `json:"counts"`
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", path, ErrFormat, err)
+	}
+	if len(f.Counts) != V {
+		return nil, fmt.Errorf("%s: counts: %d entries, target vocab_size %d: %w", path, len(f.Counts), V, ErrMismatch)
+	}
+	order := make([]int32, V)
+	for i := range order {
+		order[i] = int32(i)
+	}
+	sort.SliceStable(order, func(a, b int) bool { return f.Counts[order[a]] > f.Counts[order[b]] })
+	ids := append([]int32(nil), order[:limit]...)
+	sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
+	return ids, nil
+}
+
+// Logits computes heads [0, nHeads) on rows hidden rows (hidden is
+// [rows][Hidden]) into out, laid out [nHeads][rows][Rows()] (allocated when
+// too small; returned).
+func (h *Heads) Logits(hidden []float32, rows, nHeads int, out []float32) []float32 {
+	H, R := h.Hidden, h.Rows()
+	if len(out) < nHeads*rows*R {
+		out = make([]float32, nHeads*rows*R)
+	}
+	x := make([]float32, rows*H)
+	t := make([]float32, rows*H)
+	for i := range nHeads {
+		copy(x, hidden[:rows*H])
+		for j := range h.layers {
+			engine.MatMulT(h.threads, t, x, h.w[i][j], rows, H, H)
+			b := h.b[i][j]
+			for r := range rows {
+				xr, tr := x[r*H:(r+1)*H], t[r*H:(r+1)*H]
+				for k := range xr {
+					v := tr[k] + b[k]
+					xr[k] += v / (1 + float32(math.Exp(float64(-v))))
+				}
+			}
+		}
+		engine.MatMulT(h.threads, out[i*rows*R:(i+1)*rows*R], x, h.proj[i], rows, H, R)
+	}
+	return out[:nHeads*rows*R]
+}

@@ -1,0 +1,103 @@
+"""Golden files for the Go Medusa loader (medusa/golden_test.go).
+
+Builds Medusa heads with the module structure of the Medusa reference implementation
+(FasterDecoding/Medusa, medusa/model/medusa_model.py): an nn.ModuleList of heads, each an
+nn.Sequential of `[ResBlock(hidden)] * medusa_num_layers` (one block object repeated, as the
+reference does) followed by nn.Linear(hidden, vocab, bias=False) -- or, in the legacy layout,
+no Linear: the base model's lm_head is applied to the blocks' output. Weights are random.
+Saves what the reference's training script saves (the ModuleList's state dict, in safetensors:
+medusa_lm_head.safetensors, keys "{head}.{layer}.linear.weight|bias" and "{head}.{L}.weight"),
+a config.json with medusa_num_heads / medusa_num_layers, random hidden rows, and the heads'
+logits computed by the PyTorch modules in float64.
+
+usage: python3 tools/medusa_golden.py medusa/testdata/golden
+Cases:
+  base/    a tiny random LlamaForCausalLM (tied embeddings), fp16, the target for the cases
+  own/     3 heads x 2 layers (the block repeated), own vocab projection, float32 weights
+  shared/  2 heads x 1 layer, no projection (base lm_head), float16 weights, keys prefixed
+           "medusa_head." (a whole-model state dict's naming)
+  pt/      own/'s heads saved with torch.save as medusa_lm_head.pt (the reference's other format)
+"""
+import json, os, sys
+import torch
+import torch.nn as nn
+from safetensors.torch import save_file
+from transformers import LlamaConfig, LlamaForCausalLM
+
+H, V = 64, 320
+
+
+class ResBlock(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.linear = nn.Linear(hidden, hidden)
+        torch.nn.init.zeros_(self.linear.weight)
+        self.act = nn.SiLU()
+
+    def forward(self, x):
+        return x + self.act(self.linear(x))
+
+
+def heads(K, L, own):
+    return nn.ModuleList([
+        nn.Sequential(*([ResBlock(H)] * L), *([nn.Linear(H, V, bias=False)] if own else []))
+        for _ in range(K)])
+
+
+def randomize(m, g):
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * (0.15 if p.dim() == 2 else 0.5))
+
+
+def write(out, name, m, K, L, dtype, prefix, base_lm, g, extra_cfg=None):
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    m = m.to(dtype)
+    sd = {prefix + k: v.detach().contiguous().clone() for k, v in m.state_dict().items()}
+    save_file(sd, os.path.join(d, "medusa_lm_head.safetensors"))
+    cfg = {"medusa_num_heads": K, "medusa_num_layers": L, "base_model_name_or_path": "../base"}
+    cfg.update(extra_cfg or {})
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=2)
+    hidden = torch.randn(6, H, generator=g) * 1.5
+    hidden[0] = 0  # a zero row
+    m64 = m.to(torch.float64)
+    with torch.no_grad():
+        outs = []
+        for i in range(K):
+            x = m64[i](hidden.to(torch.float64))
+            if base_lm is not None:
+                x = x @ base_lm.to(torch.float64).T
+            outs.append(x)
+    save_file({"hidden": hidden.float().contiguous(), "logits": torch.stack(outs).float().contiguous()},
+              os.path.join(d, "golden.safetensors"))
+    return m
+
+
+def main():
+    out = sys.argv[1]
+    g = torch.Generator().manual_seed(1717)
+    torch.manual_seed(1717)
+    cfg = LlamaConfig(vocab_size=V, hidden_size=H, intermediate_size=128, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                      tie_word_embeddings=True, bos_token_id=0, eos_token_id=1, pad_token_id=2)
+    base = LlamaForCausalLM(cfg).to(torch.float16)
+    base.save_pretrained(os.path.join(out, "base"), safe_serialization=True)
+    lm = base.lm_head.weight.detach().clone()
+
+    own = heads(3, 2, True)
+    randomize(own, g)
+    own = write(out, "own", own, 3, 2, torch.float32, "", None, g)
+    pd = os.path.join(out, "pt")
+    os.makedirs(pd, exist_ok=True)
+    torch.save(own.to(torch.float32).state_dict(), os.path.join(pd, "medusa_lm_head.pt"))
+    json.dump({"medusa_num_heads": 3, "medusa_num_layers": 2}, open(os.path.join(pd, "config.json"), "w"))
+
+    sh = heads(2, 1, False)
+    randomize(sh, g)
+    write(out, "shared", sh, 2, 1, torch.float16, "medusa_head.", lm, g)
+    print("golden files written to", out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+// Command medusatree tunes a Medusa candidate tree on held-out prompts
+// (the Medusa authors' method: choose tree nodes by their expected
+// contribution to the accepted length): it decodes each prompt greedily with
+// the target on the CPU, ranks the target's own continuation under every
+// head, prints per-head accuracy@1/@5, then builds the tree greedily by the
+// empirical probability that each path is accepted and prints the expected
+// tokens per step (tau) for every tree size, and the tree as JSON (Medusa
+// "choices" paths, priority order) for the heads' config.json.
+//
+//	go run ./tools/medusatree -target models/specgate-target -heads models/specgate-target-medusa \
+//	    -prompts medusa/testdata/heldout_prompts.txt -n 200 -max-new 128 -nodes 64
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"strings"
+
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/medusa"
+)
+
+func main() {
+	targetDir := flag.String("target", "models/specgate-target", "target model directory")
+	headsDir := flag.String("heads", "models/specgate-target-medusa", "Medusa heads directory")
+	promptsFile := flag.String("prompts", "medusa/testdata/heldout_prompts.txt", "prompts file (kind<TAB>text lines; \\t \\n \\\\ escapes)")
+	n := flag.Int("n", 200, "prompts to use")
+	maxNew := flag.Int("max-new", 128, "greedy tokens per prompt")
+	nodes := flag.Int("nodes", 64, "tree nodes to build")
+	maxRank := flag.Int("max-rank", 10, "top-k ranks considered per head")
+	vocab := flag.Int("vocab-limit", 0, "FR-Spec vocabulary limit for the heads (0 = full)")
+	flag.Parse()
+	target, err := engine.Load(*targetDir, engine.LoadOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	heads, err := medusa.Load(*headsDir, target, medusa.LoadOptions{VocabLimit: *vocab})
+	if err != nil {
+		log.Fatal(err)
+	}
+	texts, err := medusa.ReadPrompts(*promptsFile)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if len(texts) > *n {
+		texts = texts[:*n]
+	}
+	var prompts [][]int32
+	for _, t := range texts {
+		prompts = append(prompts, target.Tokenizer.Encode(t, true))
+	}
+	st, err := medusa.Collect(context.Background(), target, heads, prompts, *maxNew, *maxRank)
+	if err != nil {
+		log.Fatal(err)
+	}
+	a1, cnt := st.Accuracy(1)
+	a5, _ := st.Accuracy(5)
+	fmt.Printf("%d prompts, %d positions (vocab limit %d)\n| head | predicts | positions | acc@1 | acc@5 |\n|---|---|---|---|---|\n", len(prompts), len(st.Ranks), *vocab)
+	for k := range a1 {
+		fmt.Printf("| %d | t+%d | %d | %.3f | %.3f |\n", k, k+2, cnt[k], a1[k], a5[k])
+	}
+	tree := st.GreedyTree(*nodes, heads.NumHeads)
+	fmt.Println("\nnodes  tau(expected tokens per step)  last path  value")
+	tau := 1.0
+	var paths [][]int
+	for i, nd := range tree {
+		tau += nd.Value
+		paths = append(paths, nd.Path)
+		fmt.Printf("%5d  %.3f  %v  %.4f\n", i+1, tau, nd.Path, nd.Value)
+	}
+	b, _ := json.Marshal(paths)
+	fmt.Println("\ntree:", strings.ReplaceAll(string(b), "],[", "], ["))
+	_ = os.Stdout.Sync()
+}
