@@ -142,6 +142,16 @@ type CacheConfig struct {
 		Addr        string `yaml:"addr"`
 		PasswordEnv string `yaml:"password_env"`
 		DB          int    `yaml:"db"`
+		// ReadTimeout bounds a cache read (lookup, vector search) and
+		// WriteTimeout a write (store, touch, delete); default 50ms and
+		// 250ms. A Redis that does not answer in time is a cache miss.
+		ReadTimeout  time.Duration `yaml:"read_timeout"`
+		WriteTimeout time.Duration `yaml:"write_timeout"`
+		// BreakerFailures consecutive failures (default 3) open the circuit
+		// breaker: the cache stops calling Redis (requests are served as
+		// misses) and probes it again every BreakerCooldown (default 1s).
+		BreakerFailures int           `yaml:"breaker_failures"`
+		BreakerCooldown time.Duration `yaml:"breaker_cooldown"`
 	} `yaml:"redis"`
 	Milvus struct {
 		Addr       string `yaml:"addr"`
@@ -513,6 +523,9 @@ func (c *Config) Validate() error {
 	case "lexical", "bert", "upstream":
 	default:
 		return bad("cache.embedder %q: want lexical|bert|upstream", cc.Embedder)
+	}
+	if r := cc.Redis; r.ReadTimeout < 0 || r.WriteTimeout < 0 || r.BreakerFailures < 0 || r.BreakerCooldown < 0 {
+		return bad("cache.redis: read_timeout, write_timeout, breaker_failures and breaker_cooldown must be >= 0")
 	}
 	if cc.Store == "redis" && cc.Redis.Addr == "" {
 		return bad("cache.redis.addr: required for cache.store redis")

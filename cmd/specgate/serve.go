@@ -263,7 +263,7 @@ func buildCache(cfg *gateway.Config, reg prometheus.Registerer, log *slog.Logger
 	}
 	var rdb *redis.Client
 	if cc.Store == "redis" || cc.Index == "redis" {
-		rdb = redis.NewClient(&redis.Options{Addr: cc.Redis.Addr, Password: os.Getenv(cc.Redis.PasswordEnv), DB: cc.Redis.DB})
+		rdb = redis.NewClient(redisstore.ClientOptions(cc.Redis.Addr, os.Getenv(cc.Redis.PasswordEnv), cc.Redis.DB))
 		closers = append(closers, func() { _ = rdb.Close() })
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := rdb.Ping(ctx).Err()
@@ -272,6 +272,17 @@ func buildCache(cfg *gateway.Config, reg prometheus.Registerer, log *slog.Logger
 			return fail(fmt.Errorf("cache.redis.addr %s: %w", cc.Redis.Addr, err))
 		}
 	}
+	// Every Redis call is bounded and goes through one circuit breaker, so
+	// that a hung Redis costs a request milliseconds (a cache miss).
+	breaker := redisstore.NewBreaker(redisstore.GuardOptions{ReadTimeout: cc.Redis.ReadTimeout, WriteTimeout: cc.Redis.WriteTimeout,
+		Failures: cc.Redis.BreakerFailures, Cooldown: cc.Redis.BreakerCooldown,
+		OnChange: func(open bool) {
+			if open {
+				log.Warn("redis unavailable: cache circuit breaker open, serving without the cache", "addr", cc.Redis.Addr)
+			} else {
+				log.Info("redis answers again: cache circuit breaker closed", "addr", cc.Redis.Addr)
+			}
+		}})
 	var store cache.Store
 	switch cc.Store {
 	case "sqlite":
@@ -293,7 +304,7 @@ func buildCache(cfg *gateway.Config, reg prometheus.Registerer, log *slog.Logger
 		if err != nil {
 			return fail(err)
 		}
-		store = s
+		store = breaker.Store(s)
 	}
 	var index cache.VectorIndex
 	switch cc.Index {
@@ -309,7 +320,7 @@ func buildCache(cfg *gateway.Config, reg prometheus.Registerer, log *slog.Logger
 		if err != nil {
 			return fail(err)
 		}
-		index = ix
+		index = breaker.Index(ix)
 	case "milvus":
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		ix, err := milvusstore.Dial(ctx, &milvusclient.ClientConfig{Address: cc.Milvus.Addr}, milvusstore.IndexOptions{Prefix: cc.Milvus.Collection, Dim: emb.Dim()})
