@@ -6,6 +6,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Sentinel errors. Wrap them with %w and the file/field/tensor in question.
@@ -175,7 +176,8 @@ type SpecStats struct {
 type Result struct {
 	PromptTokens     int
 	CompletionTokens int
-	CachedTokens     int // prompt tokens served from the prefix cache
+	CachedTokens     int           // prompt tokens served from the prefix cache
+	QueueTime        time.Duration // from submission to the first admission (KV granted); metrics
 	Finish           FinishReason
 	Spec             *SpecStats // nil without speculation
 }

@@ -208,6 +208,9 @@ type request struct {
 	preemptions  int
 	lastStep     uint64 // scheduler step that last served the request
 	finished     bool
+	// submitted..first admission: the request's queue time (Result.QueueTime).
+	submitted time.Time
+	queue     time.Duration
 }
 
 // Generate implements Generator.
@@ -239,7 +242,7 @@ func (e *Engine) Generate(ctx context.Context, req GenerateRequest, emit func(Ch
 		res.Finish = FinishCancelled
 		return res, err
 	}
-	r := &request{ctx: ctx, req: req, maxNew: maxNew, out: make(chan stepOut, 1), released: make(chan struct{})}
+	r := &request{ctx: ctx, req: req, maxNew: maxNew, out: make(chan stepOut, 1), released: make(chan struct{}), submitted: time.Now()}
 	select {
 	case e.events <- event{evSubmit, r}:
 	case <-e.quit:
@@ -260,6 +263,7 @@ func (e *Engine) Generate(ctx context.Context, req GenerateRequest, emit func(Ch
 	}
 	res.PromptTokens = len(req.Prompt)
 	res.CachedTokens = r.cachedTokens()
+	res.QueueTime = r.queue
 	if r.spec != nil {
 		st := r.stats
 		res.Spec = &st
@@ -651,6 +655,9 @@ func (e *Engine) admitWaiting(running, waiting []*request) ([]*request, []*reque
 
 // admit gives a request its sequence (reusing cached prefix blocks).
 func (e *Engine) admit(r *request) {
+	if r.admitted == 0 {
+		r.queue = time.Since(r.submitted)
+	}
 	e.admitNo++
 	r.admitted = e.admitNo
 	ctxToks := r.context()

@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/tokenizer"
@@ -34,6 +35,7 @@ type job struct {
 	topLogprobs  int
 	stream       bool
 	includeUsage bool
+	obs          *genObserver // token timings (metrics_latency.go); nil = none
 	tenant       string
 	user         *string
 	drafts       *jobDrafts // model-free draft material (drafts.go); nil = none
@@ -417,7 +419,13 @@ func launch(ctx context.Context, gen engine.Generator, j *job) <-chan genEvent {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
+			var last time.Time
 			emit := func(c engine.Chunk) error {
+				if len(c.Tokens) > 0 {
+					now := time.Now()
+					j.obs.chunk(last, now, len(c.Tokens))
+					last = now
+				}
 				select {
 				case ch <- genEvent{idx: i, chunk: c}:
 					return nil
@@ -426,6 +434,9 @@ func launch(ctx context.Context, gen engine.Generator, j *job) <-chan genEvent {
 				}
 			}
 			res, err := gen.Generate(ctx, j.request(i), emit)
+			if err == nil && j.obs != nil {
+				j.obs.queue.Observe(res.QueueTime.Seconds())
+			}
 			ch <- genEvent{idx: i, done: true, res: res, err: err}
 		}(i)
 	}

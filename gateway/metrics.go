@@ -32,6 +32,7 @@ type metrics struct {
 	disconnects  prometheus.Counter
 	specSource   *prometheus.CounterVec // model, source, kind (proposed|accepted); drafts.go
 	nearMiss     *prometheus.CounterVec // model, reason; drafts.go
+	lat          *latencyMetrics        // metrics_latency.go
 }
 
 func newMetrics(reg *prometheus.Registry, models []*LocalModel) (*metrics, error) {
@@ -46,7 +47,7 @@ func newMetrics(reg *prometheus.Registry, models []*LocalModel) (*metrics, error
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "specgate_tokens_total",
 			Help: "Tokens by model and kind (prompt, completion, cached_prompt)."}, []string{"model", "kind"}),
 		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "specgate_time_to_first_token_seconds",
-			Help: "Time to the first generated token by model (streamed and non-streamed generations; not cache hits).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"model"}),
+			Help: "Time to the first token of the answer by model and source, for every local request, streamed or not (engine: generated; cache: a cache hit, whose whole answer is its first token; shared: joined an identical request's generation).", Buckets: latencyBuckets}, []string{"model", "source"}),
 		specSteps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "specgate_spec_steps_total",
 			Help: "Speculative verification steps (target forwards in decode)."}, []string{"model"}),
 		specProposed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "specgate_spec_proposed_tokens_total",
@@ -68,6 +69,8 @@ func newMetrics(reg *prometheus.Registry, models []*LocalModel) (*metrics, error
 	}
 	cs := []prometheus.Collector{m.httpRequests, m.httpDuration, m.inflight, m.genRequests, m.tokens, m.ttft,
 		m.specSteps, m.specProposed, m.specAccepted, m.upstreamReqs, m.upstreamTry, m.rateLimited, m.disconnects, m.specSource, m.nearMiss}
+	m.lat = newLatencyMetrics()
+	cs = append(cs, m.lat.collectors()...)
 	for _, lm := range models {
 		if lm == nil || lm.KV == nil {
 			continue

@@ -209,9 +209,18 @@ func (r *runState) finish(usage *Usage, outcome string, ttft time.Duration) {
 		used = usage.TotalTokens
 	}
 	r.res.settle(used)
-	if ttft > 0 {
-		met.ttft.WithLabelValues(m).Observe(ttft.Seconds())
+	e2e := time.Since(r.start)
+	if ttft == 0 && (outcome == "cache_hit" || outcome == "shared") {
+		ttft = e2e // the whole answer arrives at once
 	}
+	if ttft > 0 {
+		src := map[string]string{"cache_hit": "cache", "shared": "shared"}[outcome]
+		if src == "" {
+			src = "engine"
+		}
+		met.ttft.WithLabelValues(m, src).Observe(ttft.Seconds())
+	}
+	met.lat.finished(m, outcome, usage, e2e, ttft)
 	if !r.s.log.Enabled(context.Background(), slog.LevelInfo) {
 		return
 	}
@@ -258,6 +267,7 @@ func paramOf(j *job) string {
 // from the engine, as JSON or as an SSE stream.
 func (s *Server) runLocal(c *fiber.Ctx, j *job, creq *cache.Request) error {
 	rs := &runState{s: s, j: j, id: newCompletionID(j.ep), created: time.Now().Unix(), start: time.Now(), creq: creq}
+	j.obs = s.met.lat.observer(j.model.Name)
 	rs.reqID, _ = c.Locals(localRequestID).(string)
 	res, err := s.reserveTokens(c, j.reserveTokens())
 	if err != nil {

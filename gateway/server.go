@@ -116,6 +116,8 @@ type Server struct {
 
 	respOnce  sync.Once
 	respStore *responseStore // stored /v1/responses answers (responses.go)
+	histOnce  sync.Once
+	hist      *history // the dashboard's last hour (history.go)
 }
 
 type upstreamRoute struct {
@@ -304,6 +306,8 @@ func (s *Server) routes() {
 	})
 	app.Get("/metrics", s.handleMetrics)
 	app.Get("/stats", s.handleStats)
+	app.Get("/stats/history", s.handleHistory)
+	s.historyRing() // starts sampling now, so that the page has history when first opened
 	app.Get("/", s.handleDashboard)
 	app.Get("/dashboard", s.handleDashboard)
 

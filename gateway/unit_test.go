@@ -137,7 +137,7 @@ func TestMetricsAndDashboard(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 200 || !strings.Contains(string(b), `fetch("/stats"`) || strings.Contains(string(b), "https://") {
+		if resp.StatusCode != 200 || !strings.Contains(string(b), `fetch("/stats/history`) || strings.Contains(string(b), "https://") {
 			t.Errorf("%s: status %d, want the self-contained dashboard", p, resp.StatusCode)
 		}
 	}
