@@ -103,8 +103,21 @@ type DraftsConfig struct {
 type SpeculativeConfig struct {
 	Method   string `yaml:"method"` // none|draft|medusa
 	K        int    `yaml:"k"`      // draft length (chain) or tree depth
-	Tree     string `yaml:"tree"`   // tree shape, e.g. "4,2,1" (branching per depth)
+	Tree     string `yaml:"tree"`   // tree shape, e.g. "4,2,1" (branching per depth); medusa: package medusa's ParseTree
 	Adaptive bool   `yaml:"adaptive"`
+	// Heads is the Medusa heads directory (method medusa; default: draft).
+	Heads string `yaml:"heads"`
+	// VocabLimit restricts Medusa heads to the most frequent tokens (0 = all).
+	VocabLimit int `yaml:"vocab_limit"`
+}
+
+// MedusaHeads is the Medusa heads directory of a model with method medusa:
+// speculative.heads, else draft.
+func (m ModelConfig) MedusaHeads() string {
+	if m.Speculative.Heads != "" {
+		return m.Speculative.Heads
+	}
+	return m.Draft
 }
 
 // UpstreamConfig is one OpenAI-compatible server the gateway fronts.
@@ -430,9 +443,16 @@ func (c *Config) Validate() error {
 		}
 		switch m.Speculative.Method {
 		case "none":
-		case "draft", "medusa":
+		case "draft":
 			if m.Draft == "" {
 				return bad("%s.draft: required for speculative.method %s", where, m.Speculative.Method)
+			}
+		case "medusa":
+			if m.MedusaHeads() == "" {
+				return bad("%s.speculative.heads: required for speculative.method medusa (the Medusa heads directory)", where)
+			}
+			if m.Speculative.VocabLimit < 0 {
+				return bad("%s.speculative.vocab_limit %d: must be >= 0", where, m.Speculative.VocabLimit)
 			}
 		default:
 			return bad("%s.speculative.method %q: want none|draft|medusa", where, m.Speculative.Method)

@@ -99,9 +99,10 @@ type Heads struct {
 	Shared bool
 
 	layers  int
-	w, b    [][][]float32 // [head][layer] W [H][H], bias [H]
-	proj    [][]float32   // [head] [rows][H] (shared heads alias one slice)
-	ids     []int32       // proj row r is token ids[r]; nil: row r is token r
+	w       [][]*engine.Mat // [head][layer] W [H][H]
+	b       [][][]float32   // [head][layer] bias [H]
+	proj    []*engine.Mat   // [head] [rows][H] (shared heads alias one)
+	ids     []int32         // proj row r is token ids[r]; nil: row r is token r
 	threads int
 }
 
@@ -212,7 +213,7 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 		}
 		return buf, nil
 	}
-	h.w = make([][][]float32, cfg.NumHeads)
+	h.w = make([][]*engine.Mat, cfg.NumHeads)
 	h.b = make([][][]float32, cfg.NumHeads)
 	own := 0
 	for i := range cfg.NumHeads {
@@ -238,7 +239,7 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 			if err != nil {
 				return nil, err
 			}
-			h.w[i] = append(h.w[i], w)
+			h.w[i] = append(h.w[i], engine.NewMat(w, H, H))
 			h.b[i] = append(h.b[i], b)
 		}
 		if !h.Shared {
@@ -268,19 +269,20 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 		}
 		return out
 	}
-	h.proj = make([][]float32, cfg.NumHeads)
+	h.proj = make([]*engine.Mat, cfg.NumHeads)
+	R := h.Rows()
 	if h.Shared {
 		lm := target.Weights.LMHead
 		if len(lm) != V*H {
 			return nil, fmt.Errorf("medusa: target lm_head has %d values, want %d x %d: %w", len(lm), V, H, ErrMismatch)
 		}
-		p := rows(lm)
+		p := engine.NewMat(rows(lm), R, H)
 		for i := range h.proj {
 			h.proj[i] = p
 		}
 	} else {
 		for i := range h.proj {
-			h.proj[i] = rows(full[i])
+			h.proj[i] = engine.NewMat(rows(full[i]), R, H)
 		}
 	}
 	return h, nil
@@ -373,7 +375,7 @@ func (h *Heads) Logits(hidden []float32, rows, nHeads int, out []float32) []floa
 	for i := range nHeads {
 		copy(x, hidden[:rows*H])
 		for j := range h.layers {
-			engine.MatMulT(h.threads, t, x, h.w[i][j], rows, H, H)
+			h.w[i][j].MulT(h.threads, t, x, rows)
 			b := h.b[i][j]
 			for r := range rows {
 				xr, tr := x[r*H:(r+1)*H], t[r*H:(r+1)*H]
@@ -383,7 +385,7 @@ func (h *Heads) Logits(hidden []float32, rows, nHeads int, out []float32) []floa
 				}
 			}
 		}
-		engine.MatMulT(h.threads, out[i*rows*R:(i+1)*rows*R], x, h.proj[i], rows, H, R)
+		h.proj[i].MulT(h.threads, out[i*rows*R:(i+1)*rows*R], x, rows)
 	}
 	return out[:nHeads*rows*R]
 }

@@ -29,6 +29,8 @@ func runBenchSpec(args []string) error {
 	backend := fs.String("backend", "cpu", "cpu or cuda (both models on the GPU)")
 	concFlag := fs.String("concurrency", "1", "comma-separated requests in flight, e.g. 1,8,32")
 	modesFlag := fs.String("modes", "", "comma-separated mode names to run (default all); plain always runs first")
+	medusaDir := fs.String("medusa", "models/specgate-target-medusa", "Medusa heads directory for the medusa rows (\"\" = none)")
+	medusaVocab := fs.Int("medusa-vocab", 2048, "Medusa heads' vocabulary limit (most frequent tokens; 0 = all)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -41,6 +43,9 @@ func runBenchSpec(args []string) error {
 		conc = append(conc, c)
 	}
 	modes := speculative.DefaultBenchModes()
+	if *medusaDir != "" {
+		modes = append(modes, medusaBenchModes(*medusaDir, *medusaVocab)...)
+	}
 	if *modesFlag != "" {
 		want := map[string]bool{}
 		for _, f := range strings.Split(*modesFlag, ",") {
@@ -96,8 +101,8 @@ func runBenchSpec(args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("target %s, draft %s; %d prompts x %d new tokens, temperature %g, median of %d run(s), concurrency %s, %s backend\n\n",
-		*target, *draft, *prompts, *tokens, *temp, *runs, *concFlag, *backend)
+	fmt.Printf("target %s, draft %s, medusa %s (vocab limit %d); %d prompts x %d new tokens, temperature %g, median of %d run(s), concurrency %s, %s backend\n\n",
+		*target, *draft, *medusaDir, *medusaVocab, *prompts, *tokens, *temp, *runs, *concFlag, *backend)
 	fmt.Print(speculative.FormatBench(rows))
 	fmt.Fprintf(os.Stderr, "bench-spec: %v\n", time.Since(start).Round(time.Second))
 	return nil

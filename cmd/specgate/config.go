@@ -80,7 +80,11 @@ func configCheck(path string, getenv func(string) string) error {
 	for _, m := range cfg.Models {
 		s := m.Name + " = " + m.Path
 		if m.Speculative.Method != "none" {
-			s += " (" + m.Speculative.Method + " " + m.Draft + ")"
+			dir := m.Draft
+			if m.Speculative.Method == "medusa" {
+				dir = m.MedusaHeads()
+			}
+			s += " (" + m.Speculative.Method + " " + dir + ")"
 		}
 		models = append(models, s)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/cuda"
 	"github.com/specgate/specgate/gateway"
+	"github.com/specgate/specgate/medusa"
 	"github.com/specgate/specgate/speculative"
 )
 
@@ -168,9 +169,13 @@ func loadModels(cfg *gateway.Config, log *slog.Logger) ([]*gateway.LocalModel, f
 			}
 			closers = append(closers, func() { _ = dm.Close() })
 		case "medusa":
-			_ = m.Close()
-			closeAll()
-			return nil, nil, fmt.Errorf("models[%d] %s: speculative.method medusa: %w", i, mc.Name, errSpecUnavailable)
+			p, err := medusa.New(m, medusa.Spec{Heads: mc.MedusaHeads(), Tree: mc.Speculative.Tree, VocabLimit: mc.Speculative.VocabLimit})
+			if err != nil {
+				_ = m.Close()
+				closeAll()
+				return nil, nil, fmt.Errorf("models[%d] %s: speculative (medusa): %w", i, mc.Name, err)
+			}
+			eo.Proposers = append(eo.Proposers, p)
 		}
 		if backend == "cuda" || backend == "auto" { // auto fell back to "cpu" when there is no GPU
 			// multi-step greedy decoding for a lone greedy request: one host
@@ -200,8 +205,6 @@ func loadModels(cfg *gateway.Config, log *slog.Logger) ([]*gateway.LocalModel, f
 	}
 	return out, closeAll, nil
 }
-
-var errSpecUnavailable = errors.New("speculative proposer not available in this build")
 
 // speculativeConfig maps the config's speculative section: a tree shape
 // ("4,2,2,1": children per depth) selects a static tree, otherwise a chain

@@ -131,7 +131,7 @@ func buildServeConfig(f serveFlags, getenv func(string) string) (*gateway.Config
 	return cfg, nil
 }
 
-// resolveConfigPaths makes the model, draft and BERT paths of a config
+// resolveConfigPaths makes the model, draft, Medusa heads and BERT paths of a config
 // file relative to the file's directory (dir), as a user reading the file
 // expects; data_dir and cache paths stay relative to the working directory.
 func resolveConfigPaths(cfg *gateway.Config, dir string) {
@@ -147,6 +147,7 @@ func resolveConfigPaths(cfg *gateway.Config, dir string) {
 	for i := range cfg.Models {
 		cfg.Models[i].Path = abs(cfg.Models[i].Path)
 		cfg.Models[i].Draft = abs(cfg.Models[i].Draft)
+		cfg.Models[i].Speculative.Heads = abs(cfg.Models[i].Speculative.Heads)
 	}
 	cfg.Cache.Bert.Path = abs(cfg.Cache.Bert.Path)
 }
@@ -237,8 +238,14 @@ func preflight(cfg *gateway.Config, getenv func(string) string) []error {
 		case "draft":
 			modelDir(fmt.Sprintf("models[%d].draft", i), m.Draft)
 		case "medusa":
-			if st, err := os.Stat(m.Draft); err != nil || !st.IsDir() {
-				add("models[%d].draft: %s: Medusa heads directory not found", i, m.Draft)
+			key := fmt.Sprintf("models[%d].speculative.heads", i)
+			if m.Speculative.Heads == "" {
+				key = fmt.Sprintf("models[%d].draft", i)
+			}
+			if st, err := os.Stat(m.MedusaHeads()); err != nil || !st.IsDir() {
+				add("%s: %s: Medusa heads directory not found", key, m.MedusaHeads())
+			} else if err := checkMedusa(m); err != nil {
+				add("%s: %v", key, err)
 			}
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/specgate/specgate/engine"
@@ -33,6 +34,7 @@ func main() {
 	nodes := flag.Int("nodes", 64, "tree nodes to build")
 	maxRank := flag.Int("max-rank", 10, "top-k ranks considered per head")
 	vocab := flag.Int("vocab-limit", 0, "FR-Spec vocabulary limit for the heads (0 = full)")
+	measure := flag.String("measure", "", "comma-separated tree sizes to run through the engine (fixed draft): measured tau = tokens per target forward")
 	flag.Parse()
 	target, err := engine.Load(*targetDir, engine.LoadOptions{})
 	if err != nil {
@@ -74,5 +76,66 @@ func main() {
 	}
 	b, _ := json.Marshal(paths)
 	fmt.Println("\ntree:", strings.ReplaceAll(string(b), "],[", "], ["))
+	if *measure != "" {
+		fmt.Println("\nmeasured through the engine (greedy, fixed draft, the tuned tree above; all outputs checked equal to plain):")
+		plain := engine.New(target, engine.Options{})
+		var want [][]int32
+		for _, p := range prompts {
+			toks, _, err := generate(plain, p, *maxNew)
+			if err != nil {
+				log.Fatal(err)
+			}
+			want = append(want, toks)
+		}
+		plain.Close()
+		for _, f := range strings.Split(*measure, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 || n > len(paths) {
+				log.Fatalf("-measure %q: want tree sizes in [1, %d]", f, len(paths))
+			}
+			tr, err := medusa.NewTree(paths[:n], heads.NumHeads)
+			if err != nil {
+				log.Fatal(err)
+			}
+			prop, err := medusa.NewProposer(heads, tr)
+			if err != nil {
+				log.Fatal(err)
+			}
+			e := engine.New(target, engine.Options{Proposers: []engine.Proposer{prop}, FixedDraft: true, MaxDraft: n})
+			before := e.Stats()
+			gen, steps := 0, 0
+			acc := make([]int, heads.NumHeads)
+			for i, p := range prompts {
+				toks, res, err := generate(e, p, *maxNew)
+				if err != nil {
+					log.Fatal(err)
+				}
+				if fmt.Sprint(toks) != fmt.Sprint(want[i]) {
+					log.Fatalf("tree %d, prompt %d: medusa output differs from plain", n, i)
+				}
+				gen += len(toks) - 1 // the first token comes from the prefill
+				if res.Spec != nil {
+					steps += res.Spec.Steps
+					for d, a := range res.Spec.AcceptedAt {
+						acc[d] += a
+					}
+				}
+			}
+			after := e.Stats()
+			e.Close()
+			fw := int(after.Forwards-before.Forwards) - len(prompts) // decode forwards (one prefill forward per prompt)
+			fmt.Printf("nodes %2d: tau %.3f tokens per decode forward (%d tokens, %d forwards; engine spec steps %d); accepted per head %v\n",
+				n, float64(gen)/float64(max(fw, 1)), gen, fw, steps, acc)
+		}
+	}
 	_ = os.Stdout.Sync()
+}
+
+func generate(e *engine.Engine, prompt []int32, maxNew int) ([]int32, engine.Result, error) {
+	var toks []int32
+	res, err := e.Generate(context.Background(), engine.GenerateRequest{Prompt: prompt, MaxTokens: maxNew}, func(c engine.Chunk) error {
+		toks = append(toks, c.Tokens...)
+		return nil
+	})
+	return toks, res, err
 }

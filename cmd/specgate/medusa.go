@@ -1,0 +1,107 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/gateway"
+	"github.com/specgate/specgate/medusa"
+	"github.com/specgate/specgate/speculative"
+)
+
+// Medusa wiring of the command (issue #17): `generate --spec medusa --medusa
+// DIR [--medusa-tree SPEC] [--medusa-vocab N]`, `config check` of a model
+// with speculative.method medusa, and the medusa rows of `bench spec`.
+
+// checkMedusa validates a model's Medusa setting against its target's
+// config.json (hidden and vocabulary sizes) without loading weights.
+func checkMedusa(m gateway.ModelConfig) error {
+	hidden, vocab := 0, 0
+	if c, err := engine.LoadConfig(m.Path); err == nil {
+		hidden, vocab = c.HiddenSize, c.VocabSize
+	}
+	return medusa.Check(medusa.Spec{Heads: m.MedusaHeads(), Tree: m.Speculative.Tree, VocabLimit: m.Speculative.VocabLimit}, hidden, vocab)
+}
+
+func init() {
+	var dir, tree string
+	var vocab int
+	var fs *flag.FlagSet
+	registerGenerateExtension(generateExtension{
+		addFlags: func(f *flag.FlagSet) {
+			fs = f
+			f.StringVar(&dir, "medusa", "", "Medusa heads directory (with --spec medusa): speculative decoding with Medusa heads")
+			f.StringVar(&tree, "medusa-tree", "", "Medusa candidate tree: node count, chain[:N] or JSON paths (default: the heads' tuned tree)")
+			f.IntVar(&vocab, "medusa-vocab", 0, "restrict the heads to the N most frequent tokens (0 = all)")
+		},
+		build: func(target *engine.Model, o engine.Options) (engine.Options, error) {
+			spec := ""
+			if f := fs.Lookup("spec"); f != nil {
+				spec = f.Value.String()
+			}
+			switch {
+			case dir == "" && spec == "medusa":
+				return o, fmt.Errorf("%w: --spec medusa needs --medusa DIR (the heads directory)", errUsage)
+			case dir == "":
+				return o, nil
+			case spec != "medusa" && fs.Lookup("spec") != nil && isSet(fs, "spec"):
+				return o, fmt.Errorf("%w: --medusa goes with --spec medusa, not --spec %s", errUsage, spec)
+			case isSet(fs, "draft"):
+				return o, fmt.Errorf("%w: --medusa and --draft exclude each other", errUsage)
+			}
+			p, err := medusa.New(target, medusa.Spec{Heads: dir, Tree: tree, VocabLimit: vocab})
+			if err != nil {
+				return o, fmt.Errorf("--medusa: %w", err)
+			}
+			o.Proposers = append(o.Proposers, p)
+			return o, nil
+		},
+		report: func(res engine.Result) string {
+			st := res.Spec
+			if dir == "" || st == nil || len(st.AcceptedAt) == 0 {
+				return ""
+			}
+			var b strings.Builder
+			b.WriteString("[medusa: accepted per head (depth)")
+			for d, n := range st.AcceptedAt {
+				fmt.Fprintf(&b, " %d:%d", d, n)
+			}
+			b.WriteString("]")
+			return b.String()
+		},
+	})
+}
+
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			set = true
+		}
+	})
+	return set
+}
+
+// medusaBenchModes are `bench spec`'s Medusa rows for the heads in dir:
+// fixed trees of 1 (a chain of one), 4, 8 and 16 tuned nodes and the
+// engine's adaptive budget over the 16-node tree.
+func medusaBenchModes(dir string, vocab int) []speculative.BenchMode {
+	mk := func(tree string) func(*engine.Model) ([]engine.Proposer, error) {
+		return func(t *engine.Model) ([]engine.Proposer, error) {
+			p, err := medusa.New(t, medusa.Spec{Heads: dir, Tree: tree, VocabLimit: vocab})
+			if err != nil {
+				return nil, err
+			}
+			return []engine.Proposer{p}, nil
+		}
+	}
+	return []speculative.BenchMode{
+		{Name: "medusa n=1", New: mk("1")},
+		{Name: "medusa n=4", New: mk("4")},
+		{Name: "medusa n=8", New: mk("8")},
+		{Name: "medusa n=16", New: mk("16")},
+		{Name: "medusa adaptive", New: mk("16"), Adaptive: true},
+	}
+}

@@ -1,0 +1,162 @@
+package medusa
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/engine/safetensors"
+)
+
+// Spec is a Medusa setting as configured: the YAML
+// `speculative: {method: medusa, heads: DIR, tree: ..., vocab_limit: N}`
+// or the generate flags --medusa DIR --medusa-tree ... .
+type Spec struct {
+	Heads string // heads directory
+	// Tree selects the candidate tree (see ParseTree): "" = the directory's
+	// tuned tree cut to its default size.
+	Tree string
+	// VocabLimit: LoadOptions.VocabLimit (0 = the full vocabulary).
+	VocabLimit int
+}
+
+// ParseTree reads a tree setting for heads with config c:
+//
+//	""             the directory's tuned tree (specgate.tree) cut to specgate.nodes
+//	"N"            its first N nodes
+//	"chain" / "chain:N"  one candidate per head, N heads deep (default all)
+//	"[[0],[0,0],[1]]"    explicit Medusa choices paths, priority order
+func ParseTree(spec string, c Config) (*Tree, error) {
+	s := strings.TrimSpace(spec)
+	tuned := func() ([][]int, error) {
+		if c.Specgate.Tree == nil {
+			return ChainTree(c.NumHeads), nil
+		}
+		return c.Specgate.Tree, nil
+	}
+	switch {
+	case s == "":
+		paths, _ := tuned()
+		t, err := NewTree(paths, c.NumHeads)
+		if err != nil {
+			return nil, err
+		}
+		return t.Prefix(c.Specgate.Nodes), nil
+	case s == "chain" || strings.HasPrefix(s, "chain:"):
+		d := c.NumHeads
+		if v, ok := strings.CutPrefix(s, "chain:"); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > c.NumHeads {
+				return nil, fmt.Errorf("%w: tree %q: want chain:N with N in [1, %d]", ErrFormat, spec, c.NumHeads)
+			}
+			d = n
+		}
+		return NewTree(ChainTree(d), c.NumHeads)
+	case strings.HasPrefix(s, "["):
+		var paths [][]int
+		if err := json.Unmarshal([]byte(s), &paths); err != nil {
+			return nil, fmt.Errorf("%w: tree %q: want JSON paths like [[0],[0,0],[1]]: %v", ErrFormat, spec, err)
+		}
+		if len(paths) == 0 {
+			return nil, fmt.Errorf("%w: tree %q: no paths", ErrFormat, spec)
+		}
+		return NewTree(paths, c.NumHeads)
+	default:
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%w: tree %q: want a node count, chain[:N] or JSON paths", ErrFormat, spec)
+		}
+		paths, _ := tuned()
+		if n > len(paths) {
+			return nil, fmt.Errorf("%w: tree %q: the heads' tree has %d nodes", ErrFormat, spec, len(paths))
+		}
+		return NewTree(paths[:n], c.NumHeads)
+	}
+}
+
+// Check validates a Medusa setting without loading a model (for `config
+// check`): the heads directory's config.json, the weights file's header
+// (tensor names and shapes, against hidden/vocab when given: 0 = unknown),
+// the token frequency file when VocabLimit needs it, and the tree.
+func Check(s Spec, hidden, vocab int) error {
+	if s.Heads == "" {
+		return fmt.Errorf("%w: heads directory: empty", ErrFormat)
+	}
+	cfgPath := filepath.Join(s.Heads, ConfigFile)
+	raw, err := os.ReadFile(cfgPath)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrFormat, err)
+	}
+	c, err := ParseConfig(raw, cfgPath)
+	if err != nil {
+		return err
+	}
+	if _, err := ParseTree(s.Tree, c); err != nil {
+		return err
+	}
+	if s.VocabLimit < 0 {
+		return fmt.Errorf("%w: vocab_limit %d < 0", ErrFormat, s.VocabLimit)
+	}
+	if s.VocabLimit > 0 && c.Specgate.TokenFrequency == "" {
+		return fmt.Errorf("%s: specgate.token_frequency: missing (needed for vocab_limit %d): %w", cfgPath, s.VocabLimit, ErrFormat)
+	}
+	if hidden == 0 {
+		hidden = c.HiddenSize
+	}
+	if vocab == 0 {
+		vocab = c.VocabSize
+	}
+	wPath := filepath.Join(s.Heads, WeightsFile)
+	if _, err := os.Stat(wPath); errors.Is(err, os.ErrNotExist) {
+		if _, perr := os.Stat(filepath.Join(s.Heads, PickleFile)); perr == nil {
+			return fmt.Errorf("%s: a PyTorch pickle; specgate reads %s only (see package medusa for the conversion): %w", filepath.Join(s.Heads, PickleFile), WeightsFile, ErrFormat)
+		}
+	}
+	f, err := safetensors.Open(wPath)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrFormat, err)
+	}
+	defer f.Close()
+	for _, n := range f.Names() {
+		info, _ := f.Info(n)
+		c := strings.TrimPrefix(n, "medusa_head.")
+		var want []int64
+		switch {
+		case strings.HasSuffix(c, ".linear.weight"):
+			want = []int64{int64(hidden), int64(hidden)}
+		case strings.HasSuffix(c, ".linear.bias"):
+			want = []int64{int64(hidden)}
+		case strings.HasSuffix(c, ".weight"):
+			want = []int64{int64(vocab), int64(hidden)}
+		default:
+			return fmt.Errorf("%s: tensor %q: not a Medusa head parameter: %w", wPath, n, ErrFormat)
+		}
+		if len(info.Shape) != len(want) {
+			return fmt.Errorf("%s: tensor %q: shape %v: %w", wPath, n, info.Shape, ErrFormat)
+		}
+		for i, d := range want {
+			if d != 0 && info.Shape[i] != d {
+				return fmt.Errorf("%s: tensor %q: shape %v, want %v (hidden_size %d, vocab_size %d): %w", wPath, n, info.Shape, want, hidden, vocab, ErrMismatch)
+			}
+		}
+	}
+	return nil
+}
+
+// New loads s.Heads for target and returns a proposer over the tree s.Tree.
+func New(target *engine.Model, s Spec) (*Proposer, error) {
+	h, err := Load(s.Heads, target, LoadOptions{VocabLimit: s.VocabLimit})
+	if err != nil {
+		return nil, err
+	}
+	t, err := ParseTree(s.Tree, h.Config)
+	if err != nil {
+		return nil, err
+	}
+	return NewProposer(h, t)
+}
