@@ -219,13 +219,76 @@ type graph struct {
 	top       int   // level of entry
 	tombs     int
 	visitPool sync.Pool
+
+	// Quantized copies for traversal (dim ≥ quantMinDim): node i's vector
+	// as int8 in qv[i*qdim:(i+1)*qdim] (zero-padded to a multiple of 32)
+	// with scale qs[i]; one contiguous arena, scored with dotI8. Results
+	// are re-scored with the float32 vectors before they are returned.
+	qdim int
+	qv   []int8
+	qs   []float32
 }
 
 func newGraph(cfg HNSWConfig, seed uint64) *graph {
-	return &graph{
+	g := &graph{
 		cfg: cfg, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		ml: 1 / math.Log(float64(cfg.M)), byID: map[string]int32{}, entry: -1,
 	}
+	if cfg.Dim >= quantMinDim {
+		g.qdim = (cfg.Dim + 31) &^ 31
+	}
+	return g
+}
+
+// quantMinDim is the smallest dimension traversed with int8 copies; below
+// it the float32 dot product is cheap enough and int8 rounding relatively
+// larger.
+const quantMinDim = 128
+
+// appendQuant stores the quantized copy of the next node's vector.
+func (g *graph) appendQuant(v []float32) {
+	if g.qdim == 0 {
+		return
+	}
+	n := len(g.qv)
+	g.qv = append(g.qv, make([]int8, g.qdim)...)
+	g.qs = append(g.qs, quantize(v, g.qv[n:n+g.qdim]))
+}
+
+// query is a vector prepared for scoring against the graph's nodes.
+type query struct {
+	v []float32
+	q []int8 // quantized v (nil without quantization)
+	s float32
+}
+
+func (g *graph) prep(v []float32) *query {
+	qr := &query{v: v}
+	if g.qdim > 0 {
+		qr.q = make([]int8, g.qdim)
+		qr.s = quantize(v, qr.q)
+	}
+	return qr
+}
+
+// score is the traversal similarity of the query with node j: the int8
+// approximation when the graph is quantized (within about 1e-3 of the
+// cosine for unit vectors), else the exact dot product.
+func (g *graph) score(qr *query, j int32) float32 {
+	if g.qdim == 0 {
+		return sim(qr.v, g.nodes[j])
+	}
+	o := int(j) * g.qdim
+	return qr.s * g.qs[j] * float32(dotI8(qr.q, g.qv[o:o+g.qdim:o+g.qdim]))
+}
+
+// scoreNodes is score between two stored nodes.
+func (g *graph) scoreNodes(a, b int32) float32 {
+	if g.qdim == 0 {
+		return sim(g.nodes[a].vec, g.nodes[b])
+	}
+	oa, ob := int(a)*g.qdim, int(b)*g.qdim
+	return g.qs[a] * g.qs[b] * float32(dotI8(g.qv[oa:oa+g.qdim:oa+g.qdim], g.qv[ob:ob+g.qdim:ob+g.qdim]))
 }
 
 // visited is a generation-stamped visited set.
@@ -330,11 +393,11 @@ func (h *candHeap) top() cand { return h.c[0] }
 func (h *candHeap) len() int  { return len(h.c) }
 
 // greedy descends one layer from ep, moving to the most similar neighbour.
-func (g *graph) greedy(q []float32, ep cand, level int) cand {
+func (g *graph) greedy(q *query, ep cand, level int) cand {
 	for changed := true; changed; {
 		changed = false
 		for _, j := range g.nodes[ep.i].links[level] {
-			if s := sim(q, g.nodes[j]); s > ep.s {
+			if s := g.score(q, j); s > ep.s {
 				ep, changed = cand{j, s}, true
 			}
 		}
@@ -344,7 +407,7 @@ func (g *graph) greedy(q []float32, ep cand, level int) cand {
 
 // searchLayer returns up to ef nearest nodes on level (most similar first).
 // With liveOnly, tombstones are traversed but not returned.
-func (g *graph) searchLayer(q []float32, ep cand, ef, level int, liveOnly bool) []cand {
+func (g *graph) searchLayer(q *query, ep cand, ef, level int, liveOnly bool) []cand {
 	vs := g.getVisited()
 	defer g.visitPool.Put(vs)
 	vs.visit(ep.i)
@@ -364,7 +427,7 @@ func (g *graph) searchLayer(q []float32, ep cand, ef, level int, liveOnly bool) 
 				continue
 			}
 			n := g.nodes[j]
-			s := sim(q, n)
+			s := g.score(q, j)
 			if res.len() < ef || s > res.top().s {
 				cands.push(cand{j, s})
 				if liveOnly && n.deleted {
@@ -396,7 +459,7 @@ func (g *graph) selectNeighbors(cs []cand, m int) []int32 {
 		}
 		good := true
 		for _, o := range out {
-			if sim(g.nodes[o].vec, g.nodes[c.i]) > c.s {
+			if g.scoreNodes(o, c.i) > c.s {
 				good = false
 				break
 			}
@@ -440,17 +503,19 @@ func (g *graph) add(id string, v []float32) {
 	n := newNode(id, v)
 	n.links = make([][]int32, level+1)
 	g.nodes = append(g.nodes, n)
+	g.appendQuant(v)
 	g.byID[id] = idx
 	if g.entry < 0 {
 		g.entry, g.top = idx, level
 		return
 	}
-	ep := cand{g.entry, sim(v, g.nodes[g.entry])}
+	qr := g.prep(v)
+	ep := cand{g.entry, g.score(qr, g.entry)}
 	for l := g.top; l > level; l-- {
-		ep = g.greedy(v, ep, l)
+		ep = g.greedy(qr, ep, l)
 	}
 	for l := min(level, g.top); l >= 0; l-- {
-		cs := g.searchLayer(v, ep, g.cfg.EfConstruction, l, false)
+		cs := g.searchLayer(qr, ep, g.cfg.EfConstruction, l, false)
 		n.links[l] = g.selectNeighbors(cs, g.cfg.M)
 		for _, j := range n.links[l] {
 			g.link(j, idx, l)
@@ -472,7 +537,7 @@ func (g *graph) link(j, i int32, l int) {
 	}
 	cs := make([]cand, len(nj.links[l]))
 	for k, x := range nj.links[l] {
-		cs[k] = cand{x, sim(nj.vec, g.nodes[x])}
+		cs[k] = cand{x, g.scoreNodes(j, x)}
 	}
 	sortCands(cs)
 	nj.links[l] = g.selectNeighbors(cs, g.maxLinks(l))
@@ -525,6 +590,10 @@ func (g *graph) reset(seed uint64, capacity int) {
 	g.rng = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	g.nodes = make([]*node, 0, capacity)
 	g.byID = make(map[string]int32, capacity)
+	if g.qdim > 0 {
+		g.qv = make([]int8, 0, capacity*g.qdim)
+		g.qs = make([]float32, 0, capacity)
+	}
 	g.entry, g.top, g.tombs = -1, 0, 0
 }
 
@@ -532,11 +601,19 @@ func (g *graph) search(q []float32, k, ef int) []Match {
 	if g.entry < 0 {
 		return nil
 	}
-	ep := cand{g.entry, sim(q, g.nodes[g.entry])}
+	qr := g.prep(q)
+	ep := cand{g.entry, g.score(qr, g.entry)}
 	for l := g.top; l > 0; l-- {
-		ep = g.greedy(q, ep, l)
+		ep = g.greedy(qr, ep, l)
 	}
-	cs := g.searchLayer(q, ep, ef, 0, true)
+	cs := g.searchLayer(qr, ep, ef, 0, true)
+	if g.qdim > 0 {
+		// Exact scores for what is returned (thresholds compare them).
+		for i := range cs {
+			cs[i].s = sim(q, g.nodes[cs[i].i])
+		}
+		sortCands(cs)
+	}
 	if len(cs) > k {
 		cs = cs[:k]
 	}

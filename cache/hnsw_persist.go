@@ -152,6 +152,7 @@ func (h *HNSW) Load(r io.Reader) error {
 				vec[k] = math.Float32frombits(u32())
 			}
 			n := newNode(id, vec)
+			g.appendQuant(vec)
 			n.deleted = del == 1
 			levels := u32()
 			if rerr != nil {

@@ -198,6 +198,10 @@ func Dot(a, b []float32) float32 {
 	}
 	var s0, s1, s2, s3 float32
 	i := 0
+	if useAVX2 && len(a) >= 64 {
+		s0 = dotF32AVX2(&a[0], &b[0], len(a))
+		i = len(a) &^ 7
+	}
 	for ; i+4 <= len(a); i += 4 {
 		s0 += a[i] * b[i]
 		s1 += a[i+1] * b[i+1]

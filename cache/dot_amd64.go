@@ -1,0 +1,13 @@
+package cache
+
+import "golang.org/x/sys/cpu"
+
+// useAVX2 selects the assembly dot products (dot_amd64.s). Tests flip it to
+// check both paths against each other.
+var useAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+
+//go:noescape
+func dotF32AVX2(a, b *float32, n int) float32
+
+//go:noescape
+func dotI8AVX2(a, b *int8, n int) int32
