@@ -449,10 +449,17 @@ func (b *CPUBackend) attention(p attnPlan, q, out, kc, vc []float32) {
 	group := NH / cfg.NumKVHeads
 	scale := float32(1 / math.Sqrt(float64(HD)))
 	T := len(p.keys)
+	threads, keys := b.threads, 0
+	for _, ks := range p.keys {
+		keys += len(ks)
+	}
+	if 2*keys*NH*HD < minParallelMACs {
+		threads = 1
+	}
 	if hasAttn512(HD) {
 		// per token and KV head: the scores and softmax of each query head
 		// of the group, then their value sums in one pass over the rows
-		parallelFor(b.threads, T*cfg.NumKVHeads, 1, func(lo, hi int) {
+		parallelFor(threads, T*cfg.NumKVHeads, 1, func(lo, hi int) {
 			var sc []float32
 			acc := make([]float32, group*HD)
 			for job := lo; job < hi; job++ {
@@ -473,7 +480,7 @@ func (b *CPUBackend) attention(p attnPlan, q, out, kc, vc []float32) {
 		})
 		return
 	}
-	parallelFor(b.threads, T*NH, 1, func(lo, hi int) {
+	parallelFor(threads, T*NH, 1, func(lo, hi int) {
 		var sc []float32
 		acc := make([]float32, HD)
 		fast := useAVX2 && HD%8 == 0
