@@ -254,8 +254,14 @@ func matmulThreads(threads, T, N, in int) int {
 	return threads
 }
 
-// minParallelMACs: matmul passes smaller than this run on one thread.
-var minParallelMACs = 1 << 15
+// minParallelMACs: matmul passes (and attention) smaller than this many
+// multiply-adds run on one thread. 2^22 keeps batch-1 decoding of the
+// shipped models on one thread (their largest pass, the target's LM head,
+// is 3.1M) and spreads verification forwards of 8 tokens (LM head 25M,
+// gate/up 6.3M) and prefill: BenchmarkThreadPolicy measured a fan-out of
+// the smaller passes costing 10-40% more CPU time than one thread, with no
+// wall-time gain on this shared 2-core machine (docs/engine.md).
+var minParallelMACs = 1 << 22
 
 // gemmFn is one packed kernel (dot_gen.go).
 type gemmFn = func(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
