@@ -22,6 +22,7 @@ type specState struct {
 	idle, probeEvery int
 	// from[i] has bit k set when proposer k proposed node i of this step's tree.
 	from []uint64
+	id   RequestID // the request's id, for Confident proposers
 }
 
 const (
@@ -46,6 +47,9 @@ func newSpecState(props []Proposer, typ *TypicalAcceptance) *specState {
 
 // accAt is proposer k's estimated conditional acceptance at depth d (1-based).
 func (sp *specState) accAt(k, d int) float64 {
+	if v := sp.confidence(k, d); v >= 0 { // the proposer's own estimate (proposer_confidence.go)
+		return v
+	}
 	if d-1 < len(sp.acc[k]) {
 		return sp.acc[k][d-1]
 	}
@@ -207,6 +211,7 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 	var cands []*specCand
 	for _, r := range reqs {
 		sp := r.spec
+		sp.id = r.id
 		maxDepth := min(r.maxNew-len(r.generated)-1, e.m.Config.MaxPositions-1-r.seq.Len(), e.opts.MaxDraft)
 		probe := sp.idle >= sp.probeEvery
 		for k, p := range sp.props {
@@ -269,23 +274,26 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 		if best == nil {
 			break
 		}
-		extra := 0.0
-		if best.n+1 > depth[best.propID] {
-			extra = levelCost[best.propID]
-		}
 		now := E / (e.cost.at(T) + propTime)
-		next := (E + bestV) / (e.cost.at(T+1) + propTime + extra)
-		if next <= now*specMargin {
+		take := e.lookAhead(best, now, E, T, propTime, used, room, perReq[best.r], depth[best.propID], levelCost[best.propID])
+		if take == 0 {
 			break
 		}
-		best.run *= best.r.spec.accAt(best.k, best.n+1)
-		best.n++
-		used++
-		perReq[best.r]++
-		T++
-		E += bestV
-		propTime += extra
-		depth[best.propID] = max(depth[best.propID], best.n)
+		for range take {
+			extra := 0.0
+			if best.n+1 > depth[best.propID] {
+				extra = levelCost[best.propID]
+			}
+			v := best.run * best.r.spec.accAt(best.k, best.n+1)
+			best.run = v
+			best.n++
+			used++
+			perReq[best.r]++
+			T++
+			E += v
+			propTime += extra
+			depth[best.propID] = max(depth[best.propID], best.n)
+		}
 	}
 	// one Propose call per proposer
 	type call struct {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/gofiber/fiber/v2"
+
 	"github.com/specgate/specgate/cache"
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/speculative"
@@ -117,8 +119,18 @@ func (m *LocalModel) maxDraftTokens() int {
 	return 8192
 }
 
-// prepareDrafts records the cache request for the near-miss lookup.
-func (s *Server) prepareDrafts(j *job, creq *cache.Request) {
+// HeaderSpeculation: a request with "X-Specgate-Speculation: off" decodes
+// plainly (no draft of any source): the baseline of `specgate bench
+// workload` against a running server, and an escape hatch.
+const HeaderSpeculation = "X-Specgate-Speculation"
+
+// prepareDrafts reads the speculation header and records the cache request
+// for the near-miss lookup.
+func (s *Server) prepareDrafts(c *fiber.Ctx, j *job, creq *cache.Request) {
+	if strings.EqualFold(c.Get(HeaderSpeculation), "off") {
+		j.noSpec = true // a prediction is then reported all rejected
+		return
+	}
 	d := j.model.Drafts
 	if creq == nil || d == nil || d.NearMissBand <= 0 {
 		return
@@ -219,6 +231,10 @@ func answerText(body []byte) string {
 
 // attachDrafts makes r draft from the model-free sources, if any apply.
 func (j *job) attachDrafts(r *engine.GenerateRequest) {
+	if j.noSpec {
+		r.NoSpeculation = true
+		return
+	}
 	d := j.model.Drafts
 	var known []engine.KnownDraft
 	if j.drafts != nil {

@@ -39,6 +39,7 @@ type job struct {
 	tenant       string
 	user         *string
 	drafts       *jobDrafts // model-free draft material (drafts.go); nil = none
+	noSpec       bool       // X-Specgate-Speculation: off
 }
 
 func (j *job) choices() int { return len(j.prompts) * j.n }

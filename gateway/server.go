@@ -513,7 +513,7 @@ func (s *Server) handleChat(c *fiber.Ctx) error {
 	job.tenant = tenantOf(c)
 	job.user = req.User
 	creq := s.chatCacheRequest(c, &req, job)
-	s.prepareDrafts(job, creq)
+	s.prepareDrafts(c, job, creq)
 	return s.runLocal(c, job, creq)
 }
 
@@ -545,7 +545,7 @@ func (s *Server) handleCompletions(c *fiber.Ctx) error {
 	job.tenant = tenantOf(c)
 	job.user = req.User
 	creq := s.completionCacheRequest(c, &req, job)
-	s.prepareDrafts(job, creq)
+	s.prepareDrafts(c, job, creq)
 	return s.runLocal(c, job, creq)
 }
 

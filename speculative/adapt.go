@@ -17,6 +17,15 @@ type depthControl struct {
 	misses        int
 	pause         int
 	last          []int32 // main chain proposed at the previous call
+	// confirmed draft tokens and rejections (a chain cut short) so far.
+	confirmed, rejects int
+}
+
+// rate is the estimated probability that the next draft token is right
+// given the previous one was: confirmed tokens over confirmed tokens plus
+// rejections, with prior weight w at prior.
+func (c *depthControl) rate(prior, w float64) float64 {
+	return (float64(c.confirmed) + prior*w) / (float64(c.confirmed+c.rejects) + w)
 }
 
 const maxPause = 31
@@ -34,6 +43,10 @@ func (c *depthControl) observe(gained []int32) {
 	a := 0
 	for a < len(c.last) && a < len(gained) && c.last[a] == gained[a] {
 		a++
+	}
+	c.confirmed += a
+	if a < len(c.last) && a < len(gained) {
+		c.rejects++
 	}
 	switch {
 	case a == len(c.last) || a == len(gained): // no rejection seen

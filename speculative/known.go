@@ -136,6 +136,33 @@ func (k *Known) Propose(_ context.Context, reqs []engine.ProposeRequest) ([]engi
 	return out, nil
 }
 
+// Confidence implements engine.Confident: for a request whose draft cursor
+// is aligned (not paused, not a guess), the cursor's record of confirmed
+// tokens against rejections (prior 0.9); 0 past the end of every aligned
+// draft; no opinion (-1) otherwise.
+func (k *Known) Confidence(id engine.RequestID, depth int) float64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	st := k.reqs[id]
+	if st == nil {
+		return -1
+	}
+	best, aligned := 0.0, false
+	for _, c := range st.drafts {
+		if c.at < -1 || c.guessed || c.ctl.pause > 0 {
+			continue
+		}
+		aligned = true
+		if depth <= len(c.toks)-1-c.at {
+			best = max(best, c.ctl.rate(0.9, 5))
+		}
+	}
+	if !aligned {
+		return -1
+	}
+	return best
+}
+
 // follow moves c's cursor over the tokens gained since the previous call
 // (the last of gen is the pending token).
 func (k *Known) follow(c *knownCursor, gen, gained []int32) {

@@ -188,6 +188,19 @@ func (s *Suffix) Release(id engine.RequestID) {
 	s.mu.Unlock()
 }
 
+// Confidence implements engine.Confident: the request's record of
+// confirmed draft tokens against rejections (prior 0.6), once it has one
+// and is not paused; no opinion (-1) otherwise.
+func (s *Suffix) Confidence(id engine.RequestID, _ int) float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.reqs[id]
+	if st == nil || st.ctl.pause > 0 || st.ctl.confirmed+st.ctl.rejects == 0 {
+		return -1
+	}
+	return st.ctl.rate(0.6, 5)
+}
+
 // SuffixStats describes a Suffix's stored text.
 type SuffixStats struct {
 	Tenants, Answers, Tokens int

@@ -1,0 +1,435 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/specgate/specgate/cache"
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/gateway"
+)
+
+func init() {
+	register("bench-workload", "drafts the gateway already holds: tau and speedup over plain on paraphrase, code-edit and multi-turn traces", runBenchWorkload)
+}
+
+// wlRequest is one request of a trace: the endpoint's JSON body.
+type wlRequest struct {
+	path string // /v1/chat/completions or /v1/completions
+	body map[string]any
+}
+
+// wlTrace is a trace: warm-up requests (answers the gateway then holds:
+// cache entries, the tenant's earlier answers) and the measured ones. A
+// measured request may depend on warm-up answers (prediction, quotes):
+// build fills it from them.
+type wlTrace struct {
+	name, what string
+	warm       []wlRequest
+	build      func(warmAnswers []string) []wlRequest
+}
+
+var wlWords = []string{"ephemeral", "ubiquitous", "candid", "lucid", "arduous", "benevolent", "frugal", "gregarious",
+	"meticulous", "obscure", "pragmatic", "resilient", "serene", "tenacious", "verbose", "whimsical"}
+
+func chatBody(model string, maxTok int, msgs ...string) map[string]any {
+	var m []map[string]string
+	for i, c := range msgs {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		m = append(m, map[string]string{"role": role, "content": c})
+	}
+	return map[string]any{"model": model, "temperature": 0, "max_tokens": maxTok, "messages": m}
+}
+
+// wlTraces builds the three traces of issue #11 for the shipped model (a
+// toy that writes Go-looking code and answers "what does X mean" with
+// dictionary glosses), n items each.
+func wlTraces(model string, n int) []wlTrace {
+	words := wlWords[:min(n, len(wlWords))]
+	para := []string{"What is the meaning of %s?", "Define %s.", "What does the word %s mean?", "Tell me what %s means."}
+	a := wlTrace{name: "paraphrase", what: "paraphrased repeats of earlier questions (near misses)"}
+	for _, w := range words {
+		a.warm = append(a.warm, wlRequest{"/v1/chat/completions", chatBody(model, 64, fmt.Sprintf("What does %s mean?", w))})
+	}
+	a.build = func([]string) []wlRequest {
+		var out []wlRequest
+		for i, w := range words {
+			out = append(out, wlRequest{"/v1/chat/completions", chatBody(model, 64, fmt.Sprintf(para[i%len(para)], w))})
+		}
+		return out
+	}
+
+	// code edits: the client asks for a file again after an edit and sends
+	// the unchanged file (the earlier answer) as its prediction. Two edits
+	// in three change only the header (year, license line); every third
+	// renames the receiver, which changes this toy model's output more.
+	funcs := []string{"func (srv *Server) Close() error {", "func (b *Buffer) Len() int {", "func (r *Reader) Read(p []byte) (n int, err error) {",
+		"func (c *Client) Do(req *Request) (*Response, error) {", "func (t *Tree) Insert(key string, value int) {", "func (w *Writer) Flush() error {",
+		"func (d *Decoder) Decode(v any) error {", "func (s *Scanner) Scan() bool {", "func (m *Map) Load(key any) (value any, ok bool) {",
+		"func (l *List) PushBack(v any) *Element {", "func (p *Pool) Get() any {", "func (q *Queue) Pop() int {"}
+	funcs = funcs[:min(n, len(funcs))]
+	header := func(year int, license string) string {
+		return fmt.Sprintf("// Copyright %d The Go Authors. All rights reserved.\n// Use of this source code is governed by a %s\n// license that can be found in the LICENSE file.\n\npackage main\n\n", year, license)
+	}
+	comp := func(prompt string) map[string]any {
+		return map[string]any{"model": model, "temperature": 0, "max_tokens": 160, "prompt": prompt}
+	}
+	b := wlTrace{name: "code-edit", what: "code-edit requests with a prediction of the unchanged file"}
+	for _, f := range funcs {
+		b.warm = append(b.warm, wlRequest{"/v1/completions", comp(header(2024, "BSD-style") + f)})
+	}
+	b.build = func(ans []string) []wlRequest {
+		var out []wlRequest
+		for i, f := range funcs {
+			var p string
+			switch i % 3 {
+			case 0:
+				p = header(2025, "BSD-style") + f
+			case 1:
+				p = header(2024, "MIT-style") + f
+			default: // rename the receiver
+				o := strings.Index(f, "(")
+				sp := o + strings.Index(f[o:], " ")
+				p = header(2024, "BSD-style") + f[:o+1] + "self" + f[sp:]
+			}
+			body := comp(p)
+			body["prediction"] = map[string]any{"type": "content", "content": ans[i]}
+			out = append(out, wlRequest{"/v1/completions", body})
+		}
+		return out
+	}
+
+	// multi-turn: the second turn comes back to the first answer (asks for
+	// it again, or for a neighbour), with the first answer in the history.
+	c := wlTrace{name: "multi-turn", what: "multi-turn conversations quoting earlier answers"}
+	for _, w := range words {
+		c.warm = append(c.warm, wlRequest{"/v1/chat/completions", chatBody(model, 64, fmt.Sprintf("What does %s mean?", w))})
+	}
+	c.build = func(ans []string) []wlRequest {
+		var out []wlRequest
+		for i, w := range words {
+			follow := []string{"Say that again: what does %s mean?", "Repeat the definition of %s.", "And what does %s mean, once more?"}[i%3]
+			out = append(out, wlRequest{"/v1/chat/completions", chatBody(model, 64, fmt.Sprintf("What does %s mean?", w), ans[i], fmt.Sprintf(follow, w))})
+		}
+		return out
+	}
+	return []wlTrace{a, b, c}
+}
+
+// wlReply is what one response told.
+type wlReply struct {
+	text       string
+	completion int
+	spec       *gateway.SpeculativeUsage
+	xcache     string
+	dur        time.Duration
+}
+
+func wlPost(ctx context.Context, url, key string, r wlRequest, hdr map[string]string) (wlReply, error) {
+	b, _ := json.Marshal(r.body)
+	req, err := http.NewRequestWithContext(ctx, "POST", url+r.path, bytes.NewReader(b))
+	if err != nil {
+		return wlReply{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	t0 := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return wlReply{}, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	dur := time.Since(t0)
+	if err != nil {
+		return wlReply{}, err
+	}
+	if resp.StatusCode != 200 {
+		return wlReply{}, fmt.Errorf("%s: status %d: %s", r.path, resp.StatusCode, body)
+	}
+	var out struct {
+		Choices []struct {
+			Text    string `json:"text"`
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+		Usage gateway.Usage `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil || len(out.Choices) == 0 {
+		return wlReply{}, fmt.Errorf("%s: bad body %.200s: %v", r.path, body, err)
+	}
+	text := out.Choices[0].Message.Content + out.Choices[0].Text
+	return wlReply{text: text, completion: out.Usage.CompletionTokens, spec: out.Usage.Speculative, xcache: resp.Header.Get("X-Cache"), dur: dur}, nil
+}
+
+// wlResult sums one trace over one repetition.
+type wlResult struct {
+	reqs, tokens       int
+	plain, drafts      time.Duration
+	steps, gen         int
+	bySource           map[string]gateway.SpeculativeSource
+	nearMiss, wouldHit int
+	mismatches         int
+}
+
+func runBenchWorkload(args []string) error {
+	fs := flag.NewFlagSet("bench-workload", flag.ContinueOnError)
+	url := fs.String("url", "", "a running specgate server (default: start one in-process on the CPU with --model)")
+	modelDir := fs.String("model", "models/specgate-target", "model directory for the in-process server")
+	model := fs.String("model-name", "specgate-target", "model name in requests")
+	key := fs.String("key", "", "API key (with --url)")
+	n := fs.Int("n", 12, "items per trace")
+	reps := fs.Int("reps", 3, "repetitions (in-process: each on a fresh server; medians are printed)")
+	only := fs.String("traces", "paraphrase,code-edit,multi-turn", "traces to run")
+	maxDraft := fs.Int("max-draft", 0, "in-process: the engine's per-request draft cap (0: what serve sets for drafts, 32)")
+	verbose = fs.Bool("v", false, "print every measured request")
+	fixed := fs.Bool("fixed", false, "in-process: verify every proposed node (engine FixedDraft) instead of the adaptive budget")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: specgate bench workload [--url URL] [--n 12] [--reps 3] [--traces a,b,c]")
+		fmt.Fprintln(fs.Output(), "Per trace: warm-up requests, then each measured request twice, interleaved: plain (X-Specgate-Speculation: off,")
+		fmt.Fprintln(fs.Output(), "Cache-Control: no-cache, no-store) and with drafts (Cache-Control: no-cache: the response cache serves nothing,")
+		fmt.Fprintln(fs.Output(), "its near misses draft); outputs must be equal. Then the cache-on pass counts the answers the cache would serve.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	backend := "server at " + *url
+	if *url == "" {
+		backend = "cpu (in-process)"
+	} else {
+		*reps = 1
+	}
+	want := map[string]bool{}
+	for _, t := range strings.Split(*only, ",") {
+		want[strings.TrimSpace(t)] = true
+	}
+	ctx := context.Background()
+	results := map[string][]wlResult{}
+	var names []string
+	for rep := range *reps {
+		base, stop := *url, func() {}
+		if base == "" {
+			var err error
+			if base, stop, err = wlServer(*modelDir, *model, *maxDraft, *fixed); err != nil {
+				return err
+			}
+		}
+		for ti, tr := range wlTraces(*model, *n) {
+			if !want[tr.name] {
+				continue
+			}
+			if rep == 0 {
+				names = append(names, tr.name)
+			}
+			res, err := wlRun(ctx, base, *key, tr, rep+ti)
+			if err != nil {
+				stop()
+				return fmt.Errorf("%s: %w", tr.name, err)
+			}
+			results[tr.name] = append(results[tr.name], res)
+			fmt.Fprintf(os.Stderr, "rep %d %-10s plain %v drafts %v (%.2fx) tau %.2f\n", rep+1, tr.name,
+				res.plain.Round(time.Millisecond), res.drafts.Round(time.Millisecond), float64(res.plain)/float64(res.drafts), wlTau(res))
+		}
+		stop()
+	}
+	fmt.Printf("specgate bench workload: backend %s, %d items per trace, %d repetition(s), greedy; medians over repetitions\n", backend, *n, *reps)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "trace\tbackend\trequests\ttokens\ttau\tplain tok/s\tdrafts tok/s\tspeedup\tnear-miss drafts\tcache would serve\taccepted by source\t")
+	for _, name := range names {
+		rs := results[name]
+		r := rs[0]
+		sp := make([]float64, len(rs))
+		pt, dt, taus := make([]float64, len(rs)), make([]float64, len(rs)), make([]float64, len(rs))
+		for i, x := range rs {
+			sp[i] = float64(x.plain) / float64(x.drafts)
+			pt[i] = float64(x.tokens) / x.plain.Seconds()
+			dt[i] = float64(x.tokens) / x.drafts.Seconds()
+			taus[i] = wlTau(x)
+		}
+		var src []string
+		for _, k := range slices.Sorted(maps.Keys(r.bySource)) {
+			s := r.bySource[k]
+			src = append(src, fmt.Sprintf("%s %d/%d", k, s.Accepted, s.Proposed))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.2f\t%.1f\t%.1f\t%.2fx\t%d\t%d\t%s\t\n", name, strings.Fields(backend)[0], r.reqs, r.tokens,
+			med(taus), med(pt), med(dt), med(sp), r.nearMiss, r.wouldHit, strings.Join(src, ", "))
+		if r.mismatches > 0 {
+			tw.Flush()
+			return fmt.Errorf("%s: %d outputs differ between plain and drafts", name, r.mismatches)
+		}
+	}
+	tw.Flush()
+	fmt.Println("tau = completion tokens after the first / target decode steps (drafts run); speedup = plain time / drafts time, same requests,")
+	fmt.Println("each pair interleaved; near-miss drafts = requests drafted from a cache near miss; cache would serve = requests a cache-on")
+	fmt.Println("pass answers from the cache (unverified). GPU: not measured by this command unless --url points at a GPU server.")
+	return nil
+}
+
+func wlTau(r wlResult) float64 { return float64(r.gen) / float64(max(r.steps, 1)) }
+
+func med(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+var verbose *bool
+
+// wlRun runs one trace: warm-up, then every measured request plain and with
+// drafts (which first alternates), then a cache-on pass.
+func wlRun(ctx context.Context, base, key string, tr wlTrace, seed int) (wlResult, error) {
+	res := wlResult{bySource: map[string]gateway.SpeculativeSource{}}
+	var answers []string
+	for _, r := range tr.warm {
+		rep, err := wlPost(ctx, base, key, r, nil)
+		if err != nil {
+			return res, err
+		}
+		answers = append(answers, rep.text)
+	}
+	plainHdr := map[string]string{gateway.HeaderSpeculation: "off", "Cache-Control": "no-cache, no-store"}
+	draftHdr := map[string]string{"Cache-Control": "no-cache"}
+	measured := tr.build(answers)
+	for i, r := range measured {
+		var p, d wlReply
+		var err error
+		if (i+seed)%2 == 0 {
+			if p, err = wlPost(ctx, base, key, r, plainHdr); err == nil {
+				d, err = wlPost(ctx, base, key, r, draftHdr)
+			}
+		} else {
+			if d, err = wlPost(ctx, base, key, r, draftHdr); err == nil {
+				p, err = wlPost(ctx, base, key, r, plainHdr)
+			}
+		}
+		if err != nil {
+			return res, err
+		}
+		if p.text != d.text {
+			res.mismatches++
+			fmt.Fprintf(os.Stderr, "%s request %d: outputs differ:\nplain  %q\ndrafts %q\n", tr.name, i, p.text, d.text)
+		}
+		if *verbose {
+			acc := 0
+			if d.spec != nil {
+				acc = d.spec.Accepted
+			}
+			fmt.Fprintf(os.Stderr, "  %s %2d: %3d tokens, plain %6.1f ms, drafts %6.1f ms (%.2fx), accepted %d %v\n", tr.name, i, d.completion,
+				float64(p.dur.Microseconds())/1000, float64(d.dur.Microseconds())/1000, float64(p.dur)/float64(d.dur), acc, d.spec)
+		}
+		res.reqs++
+		res.tokens += d.completion
+		res.plain += p.dur
+		res.drafts += d.dur
+		res.gen += max(d.completion-1, 0)
+		res.steps += max(d.completion-1, 0) // minus the accepted draft tokens below: one target step per other token
+		if d.spec != nil {
+			res.steps -= d.spec.Accepted
+			for k, s := range d.spec.BySource {
+				t := res.bySource[k]
+				t.Proposed += s.Proposed
+				t.Accepted += s.Accepted
+				res.bySource[k] = t
+			}
+			if d.spec.BySource["near_miss"].Proposed > 0 {
+				res.nearMiss++
+			}
+		}
+	}
+	for _, r := range measured {
+		rep, err := wlPost(ctx, base, key, r, nil)
+		if err != nil {
+			return res, err
+		}
+		if strings.HasPrefix(rep.xcache, "HIT") {
+			res.wouldHit++
+		}
+	}
+	return res, nil
+}
+
+// wlServer starts an in-process gateway on a loopback port: the model on
+// the CPU with its model-free drafts (as serve configures them), and a
+// fresh in-memory semantic cache (lexical embedder, HNSW).
+func wlServer(dir, name string, maxDraft int, fixed bool) (string, func(), error) {
+	m, err := engine.Load(dir, engine.LoadOptions{})
+	if err != nil {
+		return "", nil, err
+	}
+	eo := engine.Options{}
+	mc := gateway.ModelConfig{Name: name, Path: dir}
+	drafts, err := modelDrafts(mc, nil, &eo)
+	if err != nil {
+		return "", nil, err
+	}
+	if maxDraft > 0 {
+		eo.MaxDraft = maxDraft
+	}
+	eo.FixedDraft = fixed
+	eng := engine.New(m, eo)
+	emb, err := cache.NewLexical(cache.DefaultLexicalDim)
+	if err != nil {
+		return "", nil, err
+	}
+	ix, err := cache.NewHNSW(cache.HNSWConfig{Dim: cache.DefaultLexicalDim, Seed: 1})
+	if err != nil {
+		return "", nil, err
+	}
+	c, err := cache.New(cache.DefaultConfig(), cache.NewMemStore(nil), ix, emb)
+	if err != nil {
+		return "", nil, err
+	}
+	s, err := gateway.New(gateway.Options{Config: gateway.DefaultConfig(), Cache: c,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Models: []*gateway.LocalModel{{Name: name, Generator: eng, Tokenizer: m.Tokenizer, ContextLength: m.Config.MaxPositions, KV: m.KV(), Drafts: drafts}}})
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	go func() { _ = s.Serve(ln) }()
+	stop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil && !errors.Is(err, gateway.ErrShuttingDown) {
+			fmt.Fprintln(os.Stderr, "shutdown:", err)
+		}
+		_ = c.Close()
+		_ = eng.Close()
+		_ = m.Close()
+	}
+	return "http://" + ln.Addr().String(), stop, nil
+}
