@@ -88,7 +88,7 @@ func (p *Proposer) Propose(ctx context.Context, reqs []engine.ProposeRequest) ([
 			return nil, fmt.Errorf("medusa: request %d: hidden row of %d values, want hidden_size %d", r.ID, len(r.Hidden), H)
 		}
 		rows = append(rows, i)
-		depth = max(depth, min(r.MaxDepth, p.tree.Depth()))
+		depth = max(depth, min(r.MaxDepth, p.tree.depthOf(r.Budget)))
 	}
 	if len(rows) == 0 {
 		return out, nil
@@ -103,7 +103,7 @@ func (p *Proposer) Propose(ctx context.Context, reqs []engine.ProposeRequest) ([
 	node := make([]int32, len(p.tree.Paths))
 	for k, i := range rows {
 		r := reqs[i]
-		d := min(r.MaxDepth, depth)
+		d := min(r.MaxDepth, p.tree.depthOf(r.Budget))
 		for h := range d {
 			top[h] = TopK(p.buf[(h*len(rows)+k)*R:(h*len(rows)+k+1)*R], p.tree.TopK[h], top[h][:0])
 			for j, row := range top[h] {

@@ -66,6 +66,16 @@ func (t *Tree) Prefix(n int) *Tree {
 	return out
 }
 
+// depthOf is the depth of the tree's first n paths (the heads a proposal
+// with a budget of n nodes needs).
+func (t *Tree) depthOf(n int) int {
+	d := 0
+	for _, p := range t.Paths[:min(max(n, 0), len(t.Paths))] {
+		d = max(d, len(p))
+	}
+	return d
+}
+
 // Depth is the deepest path's length.
 func (t *Tree) Depth() int { return len(t.TopK) }
 
