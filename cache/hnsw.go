@@ -245,6 +245,10 @@ func newGraph(cfg HNSWConfig, seed uint64) *graph {
 // larger.
 const quantMinDim = 128
 
+// rescoreFactor: how many int8-ranked candidates per requested result are
+// re-scored exactly.
+const rescoreFactor = 4
+
 // appendQuant stores the quantized copy of the next node's vector.
 func (g *graph) appendQuant(v []float32) {
 	if g.qdim == 0 {
@@ -608,7 +612,12 @@ func (g *graph) search(q []float32, k, ef int) []Match {
 	}
 	cs := g.searchLayer(qr, ep, ef, 0, true)
 	if g.qdim > 0 {
-		// Exact scores for what is returned (thresholds compare them).
+		// Exact scores for what is returned (thresholds compare them): the
+		// best rescoreFactor·k by the int8 scores are re-scored and re-ranked
+		// (int8 scores are within about 1e-3 of the exact ones).
+		if n := rescoreFactor * k; len(cs) > n {
+			cs = cs[:n]
+		}
 		for i := range cs {
 			cs[i].s = sim(q, g.nodes[cs[i].i])
 		}

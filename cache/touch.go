@@ -24,7 +24,7 @@ type HitAdder interface {
 // maxPendingHits bounds the distinct entries counted in between (hits on
 // further entries are not counted: hit counts are statistics).
 const (
-	touchInterval  = 10 * time.Second
+	touchInterval  = 30 * time.Second
 	maxPendingHits = 1 << 16
 )
 
