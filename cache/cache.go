@@ -624,7 +624,9 @@ func (c *Cache) Do(ctx context.Context, req *Request, gen Generator) (Lookup, []
 		return l, l.Response, nil
 	}
 	p := c.prepare(req)
-	if req.NoCache || p.bypass != "" {
+	// no-cache and no-store requests are never coalesced with others: the
+	// client asked for an answer of its own.
+	if req.NoCache || req.NoStore || p.bypass != "" {
 		resp, cost, err := gen(ctx)
 		if err != nil {
 			return l, nil, err

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,6 +53,16 @@ CREATE INDEX IF NOT EXISTS entries_expires ON entries(expires) WHERE expires > 0
 func OpenSQLite(path string, now func() time.Time) (*SQLiteStore, error) {
 	if now == nil {
 		now = time.Now
+	}
+	if path != ":memory:" && !strings.HasPrefix(path, "file:") {
+		// The file holds every tenant's prompts and answers: create it
+		// readable by the owner only (SQLite gives its -wal and -shm files
+		// the same mode). An existing file keeps its mode.
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite %s: %w", path, err)
+		}
+		f.Close()
 	}
 	q := url.Values{}
 	q.Set("_journal_mode", "WAL")

@@ -85,7 +85,7 @@ func errInvalid(param, code, format string, args ...any) *APIError {
 
 func errModelNotFound(model string) *APIError {
 	return &APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model", Code: "model_not_found",
-		Message: fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", model)}
+		Message: fmt.Sprintf("The model '%s' does not exist or you do not have access to it.", logString(model))}
 }
 
 func errUnauthorized(msg string) *APIError {

@@ -253,6 +253,9 @@ func chatMessages(in []ChatMessage) ([]tokenizer.Message, *APIError) {
 		if present(m.ToolCalls) {
 			return nil, errInvalid(fmt.Sprintf("messages[%d].tool_calls", i), "unsupported_parameter", "Unsupported parameter: 'messages[%d].tool_calls' needs tool support, which local models lack.", i)
 		}
+		if m.Content.absent {
+			return nil, errInvalid(fmt.Sprintf("messages[%d].content", i), "missing_required_parameter", "Missing required parameter: 'messages[%d].content'.", i)
+		}
 		text := m.Content.Text
 		if m.Content.Parts != nil {
 			var parts []string

@@ -242,7 +242,7 @@ func (r *runState) finish(usage *Usage, outcome string, ttft time.Duration) {
 		}
 	}
 	if r.j.user != nil {
-		attrs = append(attrs, slog.String("user", *r.j.user))
+		attrs = append(attrs, slog.String("user", logString(*r.j.user)))
 	}
 	r.s.log.LogAttrs(context.Background(), slog.LevelInfo, "generation", attrs...)
 }
@@ -304,9 +304,10 @@ func (s *Server) runLocal(c *fiber.Ctx, j *job, creq *cache.Request) error {
 			}
 			return s.replaySSE(c, rs, l.Response, true)
 		}
-		if l.ID != "" {
+		if l.ID != "" && !creq.NoCache && !creq.NoStore {
 			// Cacheable miss: identical concurrent streams share one
-			// generation; followers replay the leader's answer.
+			// generation; followers replay the leader's answer. Requests
+			// with Cache-Control no-cache or no-store get their own.
 			key := l.Namespace + "\x00" + l.ID
 			var leader bool
 			if flight, leader = s.flights.join(key); !leader {
@@ -375,12 +376,30 @@ func (s *Server) runLocal(c *fiber.Ctx, j *job, creq *cache.Request) error {
 }
 
 // setCacheHeaders sets what l.Headers() lists, without building the map.
+//
+// A lookup the request itself ruled out says X-Cache: BYPASS and why in
+// X-Cache-Bypass-Reason: no-cache (Cache-Control), temperature (sampled
+// requests are not cached unless the tenant allows it), empty or too-large
+// (no usable key text).
 func setCacheHeaders(c *fiber.Ctx, l cache.Lookup) {
+	if !l.Hit {
+		switch l.Reason {
+		case "no-cache", "temperature", "empty", "too-large":
+			c.Set(cache.HeaderCache, headerBypass)
+			c.Set(headerBypassReason, l.Reason)
+			return
+		}
+	}
 	c.Set(cache.HeaderCache, l.XCache())
 	if l.Hit {
 		c.Set(cache.HeaderCacheSimilarity, l.XCacheSimilarity())
 	}
 }
+
+const (
+	headerBypass       = "BYPASS"
+	headerBypassReason = "X-Cache-Bypass-Reason"
+)
 
 func setSSEHeaders(c *fiber.Ctx) {
 	c.Set(fiber.HeaderContentType, "text/event-stream; charset=utf-8")

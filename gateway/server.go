@@ -376,13 +376,13 @@ func (s *Server) requestContext(c *fiber.Ctx) error {
 	if route != "/metrics" && route != "/stats" && route != "/healthz" && route != "/readyz" && s.log.Enabled(context.Background(), lvl) {
 		// The line logger(c) would write, without cloning a logger per request.
 		attrs := make([]slog.Attr, 0, 7)
-		attrs = append(attrs, slog.String("request_id", id), slog.String("method", c.Method()), slog.String("path", c.Path()),
+		attrs = append(attrs, slog.String("request_id", id), slog.String("method", c.Method()), slog.String("path", logString(c.Path())),
 			slog.Int("status", status), slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000))
 		if t, ok := c.Locals(localTenant).(string); ok {
 			attrs = append(attrs, slog.String("tenant", t))
 		}
 		if m, ok := c.Locals(localModel).(string); ok {
-			attrs = append(attrs, slog.String("model", m))
+			attrs = append(attrs, slog.String("model", logString(m)))
 		}
 		s.log.LogAttrs(context.Background(), lvl, "request", attrs...)
 	}
@@ -459,8 +459,9 @@ func (s *Server) handleModel(c *fiber.Ctx) error {
 
 // modelOnly decodes just the model name and stream flag of a body.
 type modelOnly struct {
-	Model  string `json:"model"`
-	Stream *bool  `json:"stream"`
+	Model  string  `json:"model"`
+	Stream *bool   `json:"stream"`
+	User   *string `json:"user"`
 }
 
 // route finds where a model name goes. Exactly one of the results is non-nil
@@ -492,6 +493,9 @@ func (s *Server) handleChat(c *fiber.Ctx) error {
 		return err
 	}
 	c.Locals(localModel, head.Model)
+	if err := checkUser(head.User); err != nil {
+		return err
+	}
 	lm, ur, aerr := s.route(head.Model)
 	if aerr != nil {
 		return aerr
@@ -524,6 +528,9 @@ func (s *Server) handleCompletions(c *fiber.Ctx) error {
 		return err
 	}
 	c.Locals(localModel, head.Model)
+	if err := checkUser(head.User); err != nil {
+		return err
+	}
 	lm, ur, aerr := s.route(head.Model)
 	if aerr != nil {
 		return aerr

@@ -66,12 +66,27 @@ type ChatMessage struct {
 	ToolCallID *string         `json:"tool_call_id"`
 }
 
+// UnmarshalJSON decodes a message, noting a missing content field (which
+// MessageContent's own decoder never sees).
+func (m *ChatMessage) UnmarshalJSON(b []byte) error {
+	type plain ChatMessage
+	p := plain{Content: MessageContent{absent: true}}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*m = ChatMessage(p)
+	return nil
+}
+
 // MessageContent is a message's content: a string, an array of content
 // parts, or null. Parts keeps the parts as sent (nil for a string).
 type MessageContent struct {
 	Text  string
 	Parts []ContentPart
 	Null  bool
+	// absent is set when a decoded message had no content field at all
+	// (ChatMessage.UnmarshalJSON); such a message is a 400.
+	absent bool
 }
 
 // ContentPart is one element of an array content.
