@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # specgate: multi-stage build. CGO is on for the SQLite cache store
 # (github.com/mattn/go-sqlite3); the runtime image carries the binary, the
 # shipped models and the example configs.
@@ -9,7 +8,8 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ENV CGO_ENABLED=1
-RUN go build -trimpath -ldflags="-s -w" -o /out/specgate ./cmd/specgate
+# -tags milvus: the image supports every cache store (cache.index milvus too).
+RUN go build -tags milvus -trimpath -ldflags="-s -w" -o /out/specgate ./cmd/specgate
 
 FROM debian:bookworm-slim
 RUN apt-get update \

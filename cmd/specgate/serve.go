@@ -15,13 +15,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/milvus-io/milvus/client/v2/milvusclient"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/specgate/specgate/cache"
 	"github.com/specgate/specgate/cache/bert"
-	"github.com/specgate/specgate/cache/milvusstore"
 	"github.com/specgate/specgate/cache/redisstore"
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/cuda"
@@ -324,14 +322,12 @@ func buildCache(cfg *gateway.Config, reg prometheus.Registerer, log *slog.Logger
 			return fail(err)
 		}
 		index = breaker.Index(ix)
-	case "milvus":
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		ix, err := milvusstore.Dial(ctx, &milvusclient.ClientConfig{Address: cc.Milvus.Addr}, milvusstore.IndexOptions{Prefix: cc.Milvus.Collection, Dim: emb.Dim()})
-		cancel()
+	case "milvus": // milvus.go / milvus_off.go (build tag milvus)
+		ix, closeIx, err := dialMilvus(cc.Milvus.Addr, cc.Milvus.Collection, emb.Dim())
 		if err != nil {
 			return fail(fmt.Errorf("cache.milvus.addr %s: %w", cc.Milvus.Addr, err))
 		}
-		closers = append(closers, func() { _ = ix.Close() })
+		closers = append(closers, closeIx)
 		index = ix
 	}
 	c, err := cache.New(cc.Pipeline, store, index, emb, cache.WithRegisterer(reg),

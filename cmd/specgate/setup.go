@@ -264,6 +264,11 @@ func preflight(cfg *gateway.Config, getenv func(string) string) []error {
 			add("server.data_dir: %s: %v", cfg.Server.DataDir, err)
 		}
 	}
+	if cfg.Cache.CacheEnabled() && cfg.Cache.Index == "milvus" {
+		if err := milvusSupport(); err != nil {
+			add("cache.index: milvus: %v", err)
+		}
+	}
 	if _, port, err := net.SplitHostPort(cfg.Server.Addr); err == nil && port == "" {
 		add("server.addr: %q has no port", cfg.Server.Addr)
 	}
