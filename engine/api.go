@@ -89,10 +89,11 @@ type SamplingParams struct {
 	PresencePenalty  float32
 	FrequencyPenalty float32
 	Seed             *uint64 // nil = random seed
-	Logprobs         int     // number of top logprobs to report per token; 0 = none (chosen token's logprob is always reported)
-	// SkipLogprobs: the caller ignores logprobs, so the engine may decode a
-	// lone greedy request several tokens per step on a GreedyStepper
-	// backend (Options.DecodeSteps), where chunks carry no logprobs.
+	Logprobs         int     // number of top logprobs to report per token; 0 = none (the chosen token's logprob is reported unless SkipLogprobs)
+	// SkipLogprobs: the caller ignores logprobs (with Logprobs 0): chunks
+	// carry none, the engine skips the softmax over the vocabulary per
+	// token, and it may decode a lone greedy request several tokens per
+	// step on a GreedyStepper backend (Options.DecodeSteps).
 	SkipLogprobs bool
 }
 

@@ -79,6 +79,9 @@ type Engine struct {
 	admitNo  uint64
 	cost     stepCost
 	propCost map[Proposer]*ewma // seconds of one Propose call per depth level
+	// specStreak counts steps in a row that verified drafts; lastTrees is
+	// the number of trees of the last propose.
+	specStreak, lastTrees int
 }
 
 // statDepths is the number of depths Stats.AcceptedAt reports.
@@ -913,12 +916,6 @@ func (e *Engine) step(ready []*request, active int) []*request {
 				plan[i].r = nil
 			}
 		}
-	} else {
-		T := 0
-		for _, it := range items {
-			T += len(it.Tokens)
-		}
-		e.cost.observe(T, time.Since(t0).Seconds())
 	}
 	for i, p := range plan {
 		r := p.r
@@ -946,6 +943,14 @@ func (e *Engine) step(ready []*request, active int) []*request {
 		}
 		e.sampleInto(r, it.Logits)
 	}
+	if err == nil {
+		// the step's cost beyond proposing: forward, sampling, verification
+		T := 0
+		for _, it := range items {
+			T += len(it.Tokens)
+		}
+		e.cost.observe(T, time.Since(t0).Seconds())
+	}
 	return served
 }
 
@@ -962,6 +967,9 @@ func (e *Engine) sampleInto(r *request, logits []float32) {
 // rows ([len(so.toks)][VocabSize]): row i is the target's logits that
 // predicted so.toks[i].
 func (r *request) addLogprobs(so *stepOut, rows []float32) {
+	if r.req.Sampling.SkipLogprobs && r.req.Sampling.Logprobs == 0 {
+		return // the caller reports no logprobs: skip the softmax over the vocabulary
+	}
 	V := len(rows) / len(so.toks)
 	for i, t := range so.toks {
 		lp := LogSoftmax(rows[i*V : (i+1)*V])

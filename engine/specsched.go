@@ -31,6 +31,7 @@ const (
 	probeEvery    = 8    // plain steps before a probe ...
 	maxProbeEvery = 128  // ... backing off exponentially up to this
 	specMargin    = 1.02 // a draft node must raise expected tokens/s by this factor
+	exploreEvery  = 32   // speculative steps in a row before one plain step
 )
 
 func newSpecState(props []Proposer, typ *TypicalAcceptance) *specState {
@@ -191,7 +192,8 @@ type specCand struct {
 	cap    int     // most nodes allowed
 	run    float64 // P(all granted depths accepted) = Π acc
 	probe  bool
-	propID int // index into the step's distinct proposers
+	paid   bool // the budget granted nodes beyond the probe: speculation pays
+	propID int  // index into the step's distinct proposers
 }
 
 // propose asks every speculative request's proposers for draft trees, one
@@ -202,6 +204,20 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 	if !e.cost.known() {
 		e.calibrate()
 	}
+	if !e.opts.FixedDraft && e.specStreak >= exploreEvery {
+		// one step without drafts after a run of speculative steps keeps
+		// the cost of the batch's plain step measured (the budget compares
+		// against it).
+		e.specStreak = 0
+		return nil
+	}
+	defer func(n *int) {
+		if *n > 0 {
+			e.specStreak++
+		} else {
+			e.specStreak = 0
+		}
+	}(&e.lastTrees)
 	kv := e.m.kv
 	// KV room for draft nodes beyond the step's own tokens.
 	room := (kv.AvailableBlocks() - len(reqs)) * kv.BlockSize() // a block of slack per request (partial blocks)
@@ -279,6 +295,7 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 		if take == 0 {
 			break
 		}
+		best.paid = true
 		for range take {
 			extra := 0.0
 			if best.n+1 > depth[best.propID] {
@@ -293,6 +310,33 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 			E += v
 			propTime += extra
 			depth[best.propID] = max(depth[best.propID], best.n)
+		}
+	}
+	// probing: a request whose drafts pay speculates every step; one whose
+	// drafts do not is probed after probeEvery plain steps, and each probe
+	// that does not pay doubles the interval (up to maxProbeEvery), so
+	// estimates stay fresh at a small cost.
+	seen := map[*request]bool{}
+	for _, c := range cands {
+		if seen[c.r] {
+			continue
+		}
+		seen[c.r] = true
+		sp := c.r.spec
+		paid, probed := false, false
+		for _, o := range cands {
+			if o.r == c.r {
+				paid = paid || o.paid
+				probed = probed || (o.probe && o.n > 0)
+			}
+		}
+		switch {
+		case paid || e.opts.FixedDraft:
+			sp.idle, sp.probeEvery = 0, probeEvery
+		case probed:
+			sp.idle, sp.probeEvery = 0, min(sp.probeEvery*2, maxProbeEvery)
+		default:
+			sp.idle++
 		}
 	}
 	// one Propose call per proposer
@@ -356,16 +400,12 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 			t, sp.from = mergeProposals(cs, r.sampler.Temperature <= 0)
 		}
 		if t == nil || t.Len() == 0 {
-			sp.idle++
-			if sp.idle > sp.probeEvery {
-				sp.idle = 0
-				sp.probeEvery = min(sp.probeEvery*2, maxProbeEvery)
-			}
 			continue
 		}
 		e.specBudget.Add(int64(t.Len()))
 		trees[r] = t
 	}
+	e.lastTrees = len(trees)
 	return trees
 }
 
@@ -604,8 +644,4 @@ func (sp *specState) record(r *request, t *Proposal, vd verdict, e *Engine) {
 			sp.acc[k][d-1] += accWeight * (x - sp.acc[k][d-1])
 		}
 	}
-	if len(vd.path) > 0 {
-		sp.probeEvery = probeEvery
-	}
-	sp.idle = 0
 }

@@ -231,7 +231,9 @@ func runConcurrent(e *engine.Engine, o BenchOptions, c int) ([][]int32, []engine
 		go func() {
 			defer wg.Done()
 			for p := range next {
-				req := engine.GenerateRequest{Prompt: o.Prompts[p], MaxTokens: o.MaxNew, Sampling: o.Sampling}
+				sp := o.Sampling
+				sp.SkipLogprobs = sp.Logprobs == 0 // as the gateway does for clients that ask for none
+				req := engine.GenerateRequest{Prompt: o.Prompts[p], MaxTokens: o.MaxNew, Sampling: sp}
 				results[p], errs[p] = e.Generate(context.Background(), req, func(ch engine.Chunk) error {
 					outs[p] = append(outs[p], ch.Tokens...)
 					return nil

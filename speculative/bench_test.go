@@ -1,13 +1,15 @@
 package speculative
 
 import (
+	"fmt"
 	"os"
 	"testing"
 )
 
 // BenchmarkChainK2 decodes 6 bench prompts × 64 tokens with chain k=2 on
 // the shipped pair (the `go test -cpuprofile` target for the speculative
-// overhead). SPECGATE_BENCH_MODE=plain runs the baseline instead.
+// overhead). SPECGATE_BENCH_MODE=plain runs the baseline instead;
+// SPECGATE_BENCH_CONCURRENCY=N keeps N requests in flight.
 func BenchmarkChainK2(b *testing.B) {
 	target, draft := shippedPair(b)
 	var ps [][]int32
@@ -18,9 +20,15 @@ func BenchmarkChainK2(b *testing.B) {
 	if os.Getenv("SPECGATE_BENCH_MODE") == "plain" {
 		mode = BenchMode{Name: "plain"}
 	}
+	conc := 1
+	if v := os.Getenv("SPECGATE_BENCH_CONCURRENCY"); v != "" {
+		if _, err := fmt.Sscanf(v, "%d", &conc); err != nil || conc < 1 {
+			b.Fatalf("SPECGATE_BENCH_CONCURRENCY=%q", v)
+		}
+	}
 	b.ResetTimer()
 	for range b.N {
-		if _, err := Bench(target, draft, BenchOptions{Prompts: ps, MaxNew: 64, Runs: 1, Modes: []BenchMode{mode}}); err != nil {
+		if _, err := Bench(target, draft, BenchOptions{Prompts: ps, MaxNew: 64, Runs: 1, Modes: []BenchMode{mode}, Concurrency: []int{conc}}); err != nil {
 			b.Fatal(err)
 		}
 	}
