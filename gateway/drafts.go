@@ -57,6 +57,44 @@ type jobDrafts struct {
 	nearMiss   []int32
 	nmSim      float32
 	nmReason   string
+	out        [][]int32 // per choice, the completion's tokens (with a prediction)
+}
+
+// outputs allocates the per-choice completion token lists when the
+// request has a prediction (nil otherwise; d may be nil).
+func (d *jobDrafts) outputs(n int) [][]int32 {
+	if d == nil || d.prediction == nil {
+		return nil
+	}
+	d.out = make([][]int32, n)
+	return d.out
+}
+
+// lcsMaxCells bounds the prediction usage's LCS table (tokens x tokens).
+const lcsMaxCells = 1 << 25
+
+// commonTokens is the length of the longest common subsequence of a and
+// b: the prediction's tokens that appear in the completion, in order.
+// ok is false when the table would exceed lcsMaxCells.
+func commonTokens(a, b []int32) (n int, ok bool) {
+	if len(a)*len(b) > lcsMaxCells {
+		return 0, false
+	}
+	prev, cur := make([]int32, len(b)+1), make([]int32, len(b)+1)
+	for i := range a {
+		for j := range b {
+			switch {
+			case a[i] == b[j]:
+				cur[j+1] = prev[j] + 1
+			case prev[j+1] >= cur[j]:
+				cur[j+1] = prev[j+1]
+			default:
+				cur[j+1] = cur[j]
+			}
+		}
+		prev, cur = cur, prev
+	}
+	return int(prev[len(b)]), true
 }
 
 // parsePrediction validates OpenAI's `prediction` ({"type": "content",
@@ -265,18 +303,25 @@ func (j *job) attachDrafts(r *engine.GenerateRequest) {
 	speculative.WithProposers(r, ps, j.tenant, known)
 }
 
-// predictionUsage fills OpenAI's accepted/rejected prediction token counts:
-// accepted are the completion's tokens that came from the prediction,
-// rejected the prediction's tokens that did not appear (per choice).
+// predictionUsage fills OpenAI's accepted/rejected prediction token counts
+// (summed over choices): accepted are the prediction's tokens that appear
+// in the completion, in order (longest common subsequence of the token
+// lists; for very long ones, the draft tokens the model accepted in
+// verification), rejected the prediction's other tokens.
 func predictionUsage(j *job, res []engine.Result, u *Usage) {
 	if j.drafts == nil || j.drafts.prediction == nil {
 		return
 	}
 	acc, rej := 0, 0
-	for _, r := range res {
+	for i, r := range res {
 		a := 0
 		if r.Spec != nil {
 			a = min(r.Spec.BySource[speculative.SourcePrediction].Accepted, len(j.drafts.prediction))
+		}
+		if i < len(j.drafts.out) {
+			if n, ok := commonTokens(j.drafts.prediction, j.drafts.out[i]); ok {
+				a = n
+			}
 		}
 		acc += a
 		rej += len(j.drafts.prediction) - a

@@ -417,6 +417,7 @@ func launch(ctx context.Context, gen engine.Generator, j *job) <-chan genEvent {
 	if j.drafts != nil && j.drafts.resolve != nil {
 		j.drafts.resolve(ctx) // the cache near miss, on a miss only
 	}
+	out := j.drafts.outputs(j.choices()) // completion tokens, for the prediction usage (drafts.go)
 	ch := make(chan genEvent, 16*j.choices())
 	var wg sync.WaitGroup
 	for i := 0; i < j.choices(); i++ {
@@ -425,6 +426,9 @@ func launch(ctx context.Context, gen engine.Generator, j *job) <-chan genEvent {
 			defer wg.Done()
 			var last time.Time
 			emit := func(c engine.Chunk) error {
+				if out != nil {
+					out[i] = append(out[i], c.Tokens...)
+				}
 				if len(c.Tokens) > 0 {
 					now := time.Now()
 					j.obs.chunk(last, now, len(c.Tokens))
