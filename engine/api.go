@@ -77,6 +77,10 @@ type ForwardRequest struct {
 	// len(LogitsRows or Tokens) * HiddenSize, in the order of Logits.
 	// Proposers that draft from hidden states (HiddenNeeder) need it.
 	Hidden []float32
+	// Sample, for a backend that is a DeviceSampler (devsample.go): sample
+	// this request's one logits row on the device and write the token and
+	// its logprob into Sample instead of filling Logits.
+	Sample *RowSample
 }
 
 // SamplingParams are the per-request knobs of the sampler. Temperature 0

@@ -833,6 +833,7 @@ func (e *Engine) step(ready []*request, active int) []*request {
 			if end == len(ctxToks) && !r.recompute {
 				it.LogitsRows = []int32{int32(end - r.prefilled - 1)}
 				it.WantHidden = r.spec != nil && r.spec.needHidden
+				it.Sample = e.rowSample(r)
 			} else {
 				it.LogitsRows = []int32{}
 			}
@@ -860,7 +861,7 @@ func (e *Engine) step(ready []*request, active int) []*request {
 			decoding = append(decoding, r)
 		}
 		items = append(items, BatchItem{Seq: r.seq, Tokens: []int32{r.generated[len(r.generated)-1]},
-			WantHidden: r.spec != nil && r.spec.needHidden})
+			WantHidden: r.spec != nil && r.spec.needHidden, Sample: e.rowSample(r)})
 		plan = append(plan, stepItem{r: r})
 	}
 	if len(items) == 0 {
@@ -941,7 +942,9 @@ func (e *Engine) step(ready []*request, active int) []*request {
 		if r.spec != nil && it.WantHidden {
 			r.spec.hidden = append(r.spec.hidden[:0], it.Hidden...)
 		}
-		e.sampleInto(r, it.Logits)
+		if !e.sampledOnDevice(r, it) {
+			e.sampleInto(r, it.Logits)
+		}
 	}
 	if err == nil {
 		// the step's cost beyond proposing: forward, sampling, verification

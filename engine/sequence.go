@@ -87,6 +87,9 @@ type BatchItem struct {
 	Logits     []float32
 	WantHidden bool
 	Hidden     []float32
+	// Sample: the backend samples the item's one logits row on the device
+	// (DeviceSampler; devsample.go) instead of filling Logits.
+	Sample *RowSample
 }
 
 // Forward appends tokens to the sequence and returns their logits
@@ -275,6 +278,7 @@ func (m *Model) ForwardBatch(items []BatchItem) error {
 				LogitsRows:  it.LogitsRows,
 				Logits:      it.Logits[:rows*V],
 				Hidden:      hidden,
+				Sample:      it.Sample,
 			}}
 			plans[i].scatter = [][]int{nil}
 			continue
