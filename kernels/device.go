@@ -66,6 +66,7 @@ type Device struct {
 	mod    uintptr
 	funcs  map[string]Func
 	blas   uintptr
+	blasWS DevicePtr // cuBLAS workspace (cublasWorkspace bytes)
 	args   [64]uint64
 	argp   [64]uintptr
 	pin    HostBuf // pinned staging for copies from and to Go memory
@@ -326,6 +327,9 @@ func (d *Device) release() {
 	}
 	if d.blas != 0 && cublas != nil {
 		cublas.cublasDestroy.call(d.blas)
+	}
+	if d.blasWS != 0 {
+		cu.cuMemFree.call(uintptr(d.blasWS))
 	}
 	if d.attnPart != 0 {
 		cu.cuMemFree.call(uintptr(d.attnPart))
@@ -769,6 +773,10 @@ func (c *Ctx) ElapsedMs(a, b Event) (float32, error) {
 // DestroyEvent frees e.
 func (c *Ctx) DestroyEvent(e Event) { cu.cuEventDestroy.call(uintptr(e)) }
 
+// cublasWorkspace is the bytes of the cuBLAS handle's workspace (32 MB, as
+// NVIDIA recommends for Hopper).
+const cublasWorkspace = 32 << 20
+
 // HasCUBLAS reports whether libcublas was found.
 func HasCUBLAS() bool { return cublas != nil }
 
@@ -786,6 +794,19 @@ func (c *Ctx) GemmF16(w, x, y DevicePtr, M, N, K int, alpha, beta float32) error
 		}
 		if r := cublas.cublasSetStream.call(d.blas, d.stream); r != 0 {
 			return fmt.Errorf("cublasSetStream: status %d: %w", r, ErrCUDA)
+		}
+		// A workspace of our own, so that cuBLAS allocates nothing inside
+		// CUDA graph capture (batched steps are captured; engine/cuda).
+		if cublas.cublasSetWorkspace != 0 {
+			ws, err := c.Alloc(cublasWorkspace)
+			if err != nil {
+				return err
+			}
+			if r := cublas.cublasSetWorkspace.call(d.blas, uintptr(ws), cublasWorkspace); r != 0 {
+				c.Free(ws)
+				return fmt.Errorf("cublasSetWorkspace: status %d: %w", r, ErrCUDA)
+			}
+			d.blasWS = ws
 		}
 	}
 	a, b := alpha, beta

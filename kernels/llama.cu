@@ -1286,3 +1286,149 @@ extern "C" __global__ void sample_rows(const float* __restrict__ logits, const f
   float fl = block_max((float)last, red);
   if (tid == 0) out[blockIdx.x] = chosen >= 0 ? chosen : (int)fl;
 }
+
+// ---------------------------------------------------------------------------
+// sample_rows_p: sampling with per-row parameters, for the engine's device
+// sampler. Row r of logits [R][V] (scratch: penalties are applied in place)
+// uses prm[r*8 ...] (int32 words): 0 temperature (float), 1 top-k (0 = off),
+// 2 top-p (float, >= 1 or <= 0 = off), 3 min-p (float, 0 = off), 4 uniform u
+// in [0,1) (float), 5 first and 6 count of its penalty entries, 7 nonzero
+// when the row is to be sampled. Penalty entry j subtracts pdel[j] from the
+// logit of token ptok[j] (tokens distinct within a row). The transforms are
+// the engine's CPU sampler's (engine.Probs): penalties; temperature <= 0:
+// argmax (lowest id on ties); else p_i = exp((l_i - max) / temperature), the
+// kept set {p_i >= tau} with tau the largest threshold keeping at least
+// top-k tokens, then the largest keeping at least top-p of the top-k mass
+// (bisection, 40 steps each), then tau >= min-p * max p; the token is the
+// first id whose running kept mass exceeds u * kept mass. tok[r] gets the
+// token and lp[r] its log-softmax under the raw (unpenalised) logits.
+// grid R, block 1024.
+extern "C" __global__ void sample_rows_p(float* __restrict__ logits, const int* __restrict__ prm,
+                                         const int* __restrict__ ptok, const float* __restrict__ pdel,
+                                         int* __restrict__ tok, float* __restrict__ lp, int V) {
+  __shared__ float red[32];
+  __shared__ float wsum[32];
+  const int* P = prm + blockIdx.x * 8;
+  if (P[7] == 0) return;
+  float* row = logits + (size_t)blockIdx.x * V;
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const float temp = __int_as_float(P[0]), topp = __int_as_float(P[2]), minp = __int_as_float(P[3]);
+  const float u = __int_as_float(P[4]);
+  const int topk = P[1], poff = P[5], pn = P[6];
+  // raw log-sum-exp (for the chosen token's logprob)
+  float mx = NEG_INF;
+  for (int i = tid; i < V; i += nt) mx = fmaxf(mx, row[i]);
+  mx = block_max(mx, red);
+  float se = 0.f;
+  for (int i = tid; i < V; i += nt) se += expf(row[i] - mx);
+  const float lse = mx + logf(block_sum(se, red));
+  __syncthreads();
+  for (int j = tid; j < pn; j += nt) row[ptok[poff + j]] -= pdel[poff + j];
+  __syncthreads();
+  if (pn > 0) {
+    mx = NEG_INF;
+    for (int i = tid; i < V; i += nt) mx = fmaxf(mx, row[i]);
+    mx = block_max(mx, red);
+  }
+  int chosen = -1;
+  if (temp <= 0.f) {
+    int idx = 0x7fffffff;
+    for (int i = tid; i < V; i += nt)
+      if (row[i] == mx && i < idx) idx = i;
+    chosen = (int)(-block_max(-(float)idx, red));  // min index (exact below 2^24)
+  } else {
+    const float inv = 1.f / temp;
+    float tau = 0.f;
+    if (topk > 0 && topk < V) {
+      float lo = 0.f, hi = 1.f;  // p_max = 1 is always kept
+      for (int it = 0; it < 40; it++) {
+        const float mid = 0.5f * (lo + hi);
+        float cnt = 0.f;
+        for (int i = tid; i < V; i += nt) cnt += expf((row[i] - mx) * inv) >= mid ? 1.f : 0.f;
+        if (block_sum(cnt, red) >= (float)topk) lo = mid; else hi = mid;
+      }
+      tau = lo;
+    }
+    if (topp > 0.f && topp < 1.f) {
+      float mk = 0.f;  // mass of the top-k survivors
+      for (int i = tid; i < V; i += nt) {
+        const float p = expf((row[i] - mx) * inv);
+        if (p >= tau) mk += p;
+      }
+      mk = block_sum(mk, red);
+      float lo = tau, hi = 1.f;
+      for (int it = 0; it < 40; it++) {
+        const float mid = 0.5f * (lo + hi);
+        float mass = 0.f;
+        for (int i = tid; i < V; i += nt) {
+          const float p = expf((row[i] - mx) * inv);
+          if (p >= mid) mass += p;
+        }
+        if (block_sum(mass, red) >= topp * mk) lo = mid; else hi = mid;
+      }
+      tau = lo;
+    }
+    if (minp > 0.f) tau = fmaxf(tau, minp);  // min-p relative to the max, p_max = 1
+    float kept = 0.f;
+    for (int i = tid; i < V; i += nt) {
+      const float p = expf((row[i] - mx) * inv);
+      if (p >= tau) kept += p;
+    }
+    kept = block_sum(kept, red);
+    const float target = u * kept;
+    float run = 0.f;
+    int last = 0;
+    const int lane = tid & 31, w = tid >> 5, nw = nt >> 5;
+    for (int c0 = 0; c0 < V; c0 += nt) {
+      const int i = c0 + tid;
+      float p = 0.f;
+      if (i < V) {
+        p = expf((row[i] - mx) * inv);
+        if (p < tau) p = 0.f;
+      }
+      float x = p;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const float y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+      }
+      __syncthreads();
+      if (lane == 31) wsum[w] = x;
+      __syncthreads();
+      float before = run;
+      for (int k = 0; k < w; k++) before += wsum[k];
+      float total = run;
+      for (int k = 0; k < nw; k++) total += wsum[k];
+      const float cand = (p > 0.f && before + x > target) ? (float)i : 1e30f;
+      if (p > 0.f) last = max(last, i);
+      const float first = -block_max(-cand, red);
+      run = total;
+      if (first < 1e29f) {
+        chosen = (int)first;
+        break;
+      }
+    }
+    const float fl = block_max((float)last, red);
+    if (chosen < 0) chosen = (int)fl;
+  }
+  if (tid == 0) {
+    float d = 0.f;
+    for (int j = 0; j < pn; j++)
+      if (ptok[poff + j] == chosen) d = pdel[poff + j];
+    tok[blockIdx.x] = chosen;
+    lp[blockIdx.x] = row[chosen] + d - lse;
+  }
+}
+
+// rmsnorm_f32: out[t] = rmsnorm(x[xrow[t] or t]) * nw in fp32 (the final
+// hidden state, the LM head's input), out [T][K]. grid T, block 256.
+extern "C" __global__ void rmsnorm_f32(const float* __restrict__ x, const int* __restrict__ xrow,
+                                       const f16* __restrict__ nw, float eps, float* __restrict__ out, int K) {
+  __shared__ float red[32];
+  const float* src = x + (size_t)(xrow ? xrow[blockIdx.x] : blockIdx.x) * K;
+  float ss = 0.f;
+  for (int k = threadIdx.x; k < K; k += blockDim.x) ss += src[k] * src[k];
+  float s = rsqrtf(block_sum(ss, red) / (float)K + eps);
+  float* o = out + (size_t)blockIdx.x * K;
+  for (int k = threadIdx.x; k < K; k += blockDim.x) o[k] = src[k] * s * h2f(nw[k]);
+}

@@ -633,3 +633,23 @@ func b2i(b bool) int {
 	}
 	return 0
 }
+
+// SampleParamWords is the int32 words of one row's parameters for
+// SampleRowsP (see sample_rows_p in llama.cu).
+const SampleParamWords = 8
+
+// SampleRowsP samples one token per row of logits [R][V] (used as scratch:
+// penalties are applied in place) with per-row parameters prm [R][8] int32
+// words (temperature, top-k, top-p, min-p, uniform, penalty offset and
+// count, active) and penalty entries ptok / pdel; tok [R] gets the tokens,
+// lp [R] their log-softmax under the raw logits. Rows whose active word is
+// 0 are skipped.
+func (c *Ctx) SampleRowsP(logits, prm, ptok, pdel, tok, lp DevicePtr, R, V int) error {
+	return c.LaunchByName("sample_rows_p", Dim3{uint32(R), 1, 1}, Dim3{1024, 1, 1}, 0,
+		P(logits), P(prm), P(ptok), P(pdel), P(tok), P(lp), I(V))
+}
+
+// RMSNormF32 writes out[t] = rmsnorm(x[xrow[t] or t]) * nw in fp32, out [T][K].
+func (c *Ctx) RMSNormF32(x, xrow, nw DevicePtr, eps float32, out DevicePtr, T, K int) error {
+	return c.LaunchByName("rmsnorm_f32", Dim3{uint32(T), 1, 1}, Dim3{256, 1, 1}, 0, P(x), P(xrow), P(nw), F(eps), P(out), I(K))
+}

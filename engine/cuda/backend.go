@@ -36,6 +36,9 @@ type Options struct {
 	// NoAttnTile computes prefill attention with the per-token kernel
 	// instead of attn_tile (also with SPECGATE_ATTN_TILE=0).
 	NoAttnTile bool
+	// NoDeviceSampling makes SamplesOnDevice report false, so the engine
+	// samples on the CPU (also with SPECGATE_DEVICE_SAMPLING=0).
+	NoDeviceSampling bool
 	// TimeSteps records device events around each forward's uploads and
 	// kernels (not the copy back), read with StepTimes (benchmarks).
 	TimeSteps bool
@@ -82,11 +85,16 @@ type Backend struct {
 	hostMeta                 []int32
 	hostFlat                 flatBatch
 	lastGraphHit, graphsMade int
-	ev0, ev1                 kernels.Event // TimeSteps
-	stepTimes                []float64     // TimeSteps: device seconds per forward
-	attnMax                  int           // longest key count of the step being queued (AttnMeta.MaxLen)
-	tileTokens               int           // kernels.AttnTileTokens of the model; 0: no attn_tile
-	nTiles, nRest            int           // the step's attn_tile tiles and per-token attention tokens (uploadMeta)
+	ev0, ev1                 kernels.Event     // TimeSteps
+	stepTimes                []float64         // TimeSteps: device seconds per forward
+	attnMax                  int               // longest key count of the step being queued (AttnMeta.MaxLen)
+	tileTokens               int               // kernels.AttnTileTokens of the model; 0: no attn_tile
+	nTiles, nRest            int               // the step's attn_tile tiles and per-token attention tokens (uploadMeta)
+	samp                     sampleIO          // device sampling (sample.go)
+	noGraph                  map[graphKey]bool // batched shapes whose capture failed: eager
+	hid                      kernels.DevicePtr
+	hidHost                  kernels.HostBuf
+	hidCap                   int // bytes of hid and hidHost
 }
 
 var _ engine.Backend = (*Backend)(nil)
@@ -296,6 +304,9 @@ func (b *Backend) Close() error {
 			c.Free(p)
 		}
 		c.Free(b.tmpKV)
+		b.samp.free(c)
+		c.Free(b.hid)
+		c.FreeHost(b.hidHost)
 		if b.ev0 != 0 {
 			c.DestroyEvent(b.ev0)
 			c.DestroyEvent(b.ev1)

@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"os"
 	"unsafe"
 
 	"github.com/specgate/specgate/engine"
@@ -104,6 +105,16 @@ func (b *Backend) flatten(reqs []*engine.ForwardRequest) (*flatBatch, error) {
 			for a := int32(i); a >= 0; a = r.Parents[a] {
 				fb.mask[base+int(a)/32] |= int32(uint32(1) << (uint(a) % 32))
 			}
+		}
+		rows := n
+		if r.LogitsRows != nil {
+			rows = len(r.LogitsRows)
+		}
+		if r.Sample != nil && rows != 1 {
+			return nil, bad("Sample with %d logits rows (want 1)", rows)
+		}
+		if r.Hidden != nil && len(r.Hidden) < rows*b.cfg.HiddenSize {
+			return nil, bad("Hidden holds %d values, want %d rows x %d", len(r.Hidden), rows, b.cfg.HiddenSize)
 		}
 		fb.reqRows = append(fb.reqRows, len(fb.rows))
 		if r.LogitsRows == nil {
@@ -226,7 +237,26 @@ func (b *Backend) forward(reqs []*engine.ForwardRequest, argOut []int32) error {
 			copy(argOut, unsafe.Slice((*int32)(logitsHost), fb.R))
 			return nil
 		}
-		if fb.R > 0 {
+		nSample, nLogits, hidden := 0, 0, false
+		for _, r := range reqs {
+			if r.Sample != nil {
+				nSample++
+			} else {
+				nLogits++
+			}
+			hidden = hidden || r.Hidden != nil
+		}
+		if hidden && fb.R > 0 {
+			if err := b.hiddenRows(c, fb, lay); err != nil {
+				return err
+			}
+		}
+		if nSample > 0 {
+			if err := b.sampleRows(c, reqs, fb); err != nil {
+				return err
+			}
+		}
+		if fb.R > 0 && nLogits > 0 {
 			if err := c.DtoHRaw(logitsHost, b.logits, fb.R*V*4); err != nil {
 				return err
 			}
@@ -234,8 +264,20 @@ func (b *Backend) forward(reqs []*engine.ForwardRequest, argOut []int32) error {
 		if err := c.Sync(); err != nil {
 			return err
 		}
+		if nSample > 0 {
+			b.finishSample(reqs, fb)
+		}
+		if hidden && fb.R > 0 {
+			b.finishHidden(reqs, fb)
+		}
+		if nLogits == 0 {
+			return nil
+		}
 		all := unsafe.Slice((*float32)(logitsHost), fb.R*V)
 		for i, r := range reqs {
+			if r.Sample != nil {
+				continue
+			}
 			r0 := fb.reqRows[i]
 			r1 := fb.R
 			if i+1 < len(reqs) {
@@ -254,11 +296,27 @@ func (b *Backend) forward(reqs []*engine.ForwardRequest, argOut []int32) error {
 
 // graphable: the whole step runs through GEMV kernels (no cuBLAS, no host
 // decisions), so it can be captured once per (T, R) and replayed.
+// Batched steps (more than GemvMaxM tokens, up to MaxGraphTokens, no
+// attn_tile prefill tiles) run their cuBLAS GEMMs inside the graph too
+// (GraphBatched; SPECGATE_GRAPH_BATCHED=0 turns it off).
 func (b *Backend) graphable(c *kernels.Ctx, T, R int) bool {
 	cfg := b.cfg
-	return !b.opt.NoGraphs && T <= kernels.GemvMaxM && R <= kernels.GemvMaxM && R >= 1 &&
-		c.GemvFits(T, cfg.HiddenSize) && c.GemvFits(T, cfg.QDim()) && c.GemvFits(T, cfg.IntermediateSize)
+	if b.opt.NoGraphs || R < 1 {
+		return false
+	}
+	if T <= kernels.GemvMaxM && R <= kernels.GemvMaxM &&
+		c.GemvFits(T, cfg.HiddenSize) && c.GemvFits(T, cfg.QDim()) && c.GemvFits(T, cfg.IntermediateSize) {
+		return true
+	}
+	return GraphBatched && b.nTiles == 0 && T <= MaxGraphTokens && R <= MaxGraphTokens && kernels.HasCUBLAS() && !b.opt.NoCUBLAS
 }
+
+// MaxGraphTokens is the largest step captured as a CUDA graph.
+const MaxGraphTokens = 64
+
+// GraphBatched: capture steps of GemvMaxM+1..MaxGraphTokens tokens (cuBLAS
+// GEMMs) as CUDA graphs too; off with SPECGATE_GRAPH_BATCHED=0.
+var GraphBatched = os.Getenv("SPECGATE_GRAPH_BATCHED") != "0"
 
 // graphKey identifies a captured step: tokens, logits rows, device argmax.
 type graphKey struct {
@@ -284,7 +342,7 @@ func (b *Backend) runMaybeGraphKey(c *kernels.Ctx, key graphKey, lay metaLayout)
 		}
 		return b.run(c, T, R, lay, argmax)
 	}
-	if !b.graphable(c, T, R) {
+	if !b.graphable(c, T, R) || b.noGraph[key] {
 		return run()
 	}
 	g := b.graphs[key]
@@ -299,6 +357,16 @@ func (b *Backend) runMaybeGraphKey(c *kernels.Ctx, key graphKey, lay metaLayout)
 		}
 		err := run()
 		g2, err2 := c.EndCapture()
+		if (err != nil || err2 != nil) && T > kernels.GemvMaxM {
+			// a batched step whose cuBLAS calls could not be captured: the
+			// eager run's results stand; this shape stays eager.
+			c.DestroyGraph(g2)
+			if b.noGraph == nil {
+				b.noGraph = map[graphKey]bool{}
+			}
+			b.noGraph[key] = true
+			return nil
+		}
 		if err != nil {
 			c.DestroyGraph(g2)
 			return err
