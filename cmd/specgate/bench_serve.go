@@ -401,8 +401,10 @@ func startBenchServer(o *benchServeOpts) (string, string, int, *backendTimer, fu
 	}
 	go func() { _ = srv.Serve(ln) }()
 	cfg := m.Config
-	fmt.Printf("bench-serve: in-process server on %s: %s, %d layers, hidden %d, intermediate %d, heads %d/%d, vocab %d, backend %T, max batch %d, KV %d tokens\n",
-		ln.Addr(), name, cfg.NumLayers, cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHeads, cfg.NumKVHeads, cfg.VocabSize, bt.inner, o.maxBatch, kv)
+	ds, _ := m.Backend().(engine.DeviceSampler)
+	fmt.Printf("bench-serve: in-process server on %s: %s, %d layers, hidden %d, intermediate %d, heads %d/%d, vocab %d, backend %T, max batch %d, KV %d tokens, sampling on the device %v\n",
+		ln.Addr(), name, cfg.NumLayers, cfg.HiddenSize, cfg.IntermediateSize, cfg.NumHeads, cfg.NumKVHeads, cfg.VocabSize, bt.inner, o.maxBatch, kv,
+		ds != nil && ds.SamplesOnDevice())
 	stop := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_ = srv.Shutdown(ctx)
@@ -501,7 +503,14 @@ func (b *timedBackend) Forward(reqs []*engine.ForwardRequest) error {
 }
 
 func (b *timedBackend) CopySlots(src, dst []int32) error { return b.t.inner.CopySlots(src, dst) }
-func (b *timedBackend) Close() error                     { return b.t.inner.Close() }
+
+// SamplesOnDevice passes the inner backend's engine.DeviceSampler through
+// (ForwardRequest.Sample reaches it unchanged).
+func (b *timedBackend) SamplesOnDevice() bool {
+	ds, ok := b.t.inner.(engine.DeviceSampler)
+	return ok && ds.SamplesOnDevice()
+}
+func (b *timedBackend) Close() error { return b.t.inner.Close() }
 
 // timedStepper also passes engine.GreedyStepper through.
 type timedStepper struct{ timedBackend }
