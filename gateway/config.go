@@ -48,6 +48,16 @@ type AuthConfig struct {
 	// Defaults apply to keys that set no limit of their own (and to
 	// SPECGATE_API_KEYS keys).
 	Defaults Limits `yaml:"defaults"`
+	// AdminKey (or the environment variable named by AdminKeyEnv, or
+	// SPECGATE_ADMIN_KEY) protects the operator endpoints: /metrics,
+	// /stats, /stats/history and the dashboard. Send it as a bearer token
+	// (Prometheus: authorization.credentials) or as the password of HTTP
+	// Basic auth (browsers prompt for it). With API keys configured and no
+	// admin key those endpoints are closed (401), unless PublicMetrics is
+	// set; with neither they are open.
+	AdminKey      string `yaml:"admin_key"`
+	AdminKeyEnv   string `yaml:"admin_key_env"`
+	PublicMetrics bool   `yaml:"public_metrics"`
 }
 
 // KeyConfig is one API key. Either Key or KeyEnv (the name of an
@@ -357,6 +367,9 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 	if v := getenv("SPECGATE_DATA_DIR"); v != "" {
 		c.Server.DataDir = v
 	}
+	if v := getenv("SPECGATE_ADMIN_KEY"); v != "" {
+		c.Auth.AdminKey, c.Auth.AdminKeyEnv = v, ""
+	}
 	if v := getenv("SPECGATE_API_KEYS"); v != "" {
 		keys, err := ParseAPIKeys(v)
 		if err != nil {
@@ -527,6 +540,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Auth.Defaults.validate("auth.defaults"); err != nil {
 		return err
+	}
+	if c.Auth.AdminKey != "" && c.Auth.AdminKeyEnv != "" {
+		return bad("auth: set at most one of admin_key and admin_key_env")
 	}
 	cc := &c.Cache
 	switch cc.Store {

@@ -179,6 +179,7 @@ func TestNearMissDraftAndTenants(t *testing.T) {
 	cfg := DefaultConfig()
 	keys, _ := ParseAPIKeys("ka=tenantA,kb=tenantB")
 	cfg.Auth.Keys = keys
+	cfg.Auth.PublicMetrics = true // the test reads /metrics without the admin key
 	// the engine of fixedDraftModel gives a request's whole draft budget to
 	// its first proposer: one server per source keeps the test independent
 	// of how the adaptive engine would split it.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"log/slog"
@@ -230,6 +231,77 @@ func TestCacheBypassHeader(t *testing.T) {
 		}
 		if x, why := get(greedy, nil); x != "HIT-EXACT" || why != "" {
 			t.Errorf("stream=%s greedy after a stored answer: X-Cache %q reason %q, want HIT-EXACT", stream, x, why)
+		}
+	}
+}
+
+// /metrics, /stats and the dashboard answered without a key and showed
+// tenant names. With API keys configured they are closed unless an admin key
+// is given, and the admin key opens them as a bearer token (Prometheus) or
+// as the Basic-auth password (browsers); tenants' API keys do not.
+func TestAdminKey(t *testing.T) {
+	paths := []string{"/metrics", "/stats", "/stats/history", "/", "/dashboard"}
+	status := func(url, auth string) (int, string) {
+		req, _ := http.NewRequest("GET", url, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b) + " " + resp.Header.Get("WWW-Authenticate")
+	}
+	keys, _ := ParseAPIKeys("ka=tenantA")
+
+	// API keys, no admin key: closed.
+	cfg := DefaultConfig()
+	cfg.Auth.Keys = keys
+	ts := startServer(t, Options{Config: cfg})
+	for _, p := range paths {
+		if st, body := status(ts.URL+p, "Bearer ka"); st != 401 || !strings.Contains(body, "admin_key") {
+			t.Errorf("keys, no admin key: GET %s with a tenant key = %d %s, want 401", p, st, body)
+		}
+	}
+	if st, _ := status(ts.URL+"/healthz", ""); st != 200 {
+		t.Errorf("/healthz = %d, want open", st)
+	}
+
+	// Admin key from the environment.
+	cfg = DefaultConfig()
+	cfg.Auth.Keys = keys
+	if err := cfg.ApplyEnv(func(k string) string {
+		if k == "SPECGATE_ADMIN_KEY" {
+			return "adm-secret"
+		}
+		return ""
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ts = startServer(t, Options{Config: cfg})
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte("anyone:adm-secret"))
+	for _, p := range paths {
+		if st, body := status(ts.URL+p, ""); st != 401 || !strings.Contains(body, `Basic realm="specgate admin"`) {
+			t.Errorf("GET %s without a key = %d %s, want 401 with a Basic challenge", p, st, body)
+		}
+		if st, _ := status(ts.URL+p, "Bearer ka"); st != 401 {
+			t.Errorf("GET %s with a tenant's API key = %d, want 401", p, st)
+		}
+		if st, _ := status(ts.URL+p, "Bearer adm-secret"); st != 200 {
+			t.Errorf("GET %s with the admin key as bearer = %d, want 200", p, st)
+		}
+		if st, _ := status(ts.URL+p, basic); st != 200 {
+			t.Errorf("GET %s with the admin key as Basic password = %d, want 200", p, st)
+		}
+	}
+
+	// No keys at all (local use): open, as before.
+	ts = startServer(t, Options{})
+	for _, p := range paths {
+		if st, _ := status(ts.URL+p, ""); st != 200 {
+			t.Errorf("no keys: GET %s = %d, want 200", p, st)
 		}
 	}
 }

@@ -96,23 +96,24 @@ type Options struct {
 
 // Server is the gateway. Create with New, run with Serve, stop with Shutdown.
 type Server struct {
-	cfg      *Config
-	app      *fiber.App
-	log      *slog.Logger
-	reg      *prometheus.Registry
-	met      *metrics
-	cache    ResponseCache
-	embed    map[string]cache.Embedder
-	local    map[string]*LocalModel // by name and alias
-	ups      map[string]*upstreamRoute
-	models   []Model // for /v1/models, sorted by id
-	auth     *authenticator
-	started  time.Time
-	ready    atomic.Bool
-	baseCtx  context.Context
-	abort    context.CancelFunc
-	inflight sync.WaitGroup
-	flights  streamFlights
+	cfg        *Config
+	app        *fiber.App
+	log        *slog.Logger
+	reg        *prometheus.Registry
+	met        *metrics
+	cache      ResponseCache
+	embed      map[string]cache.Embedder
+	local      map[string]*LocalModel // by name and alias
+	ups        map[string]*upstreamRoute
+	models     []Model // for /v1/models, sorted by id
+	auth       *authenticator
+	adminGuard adminGuard
+	started    time.Time
+	ready      atomic.Bool
+	baseCtx    context.Context
+	abort      context.CancelFunc
+	inflight   sync.WaitGroup
+	flights    streamFlights
 
 	respOnce  sync.Once
 	respStore *responseStore // stored /v1/responses answers (responses.go)
@@ -161,6 +162,9 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	if s.auth, err = newAuthenticator(cfg.Auth, getenv); err != nil {
+		return nil, err
+	}
+	if s.adminGuard, err = newAdminGuard(cfg.Auth, getenv); err != nil {
 		return nil, err
 	}
 	now := time.Now().Unix()
@@ -304,12 +308,13 @@ func (s *Server) routes() {
 		}
 		return c.JSON(fiber.Map{"status": "ready"})
 	})
-	app.Get("/metrics", s.handleMetrics)
-	app.Get("/stats", s.handleStats)
-	app.Get("/stats/history", s.handleHistory)
+	// Operator endpoints: behind the admin key (admin.go).
+	app.Get("/metrics", s.admin, s.handleMetrics)
+	app.Get("/stats", s.admin, s.handleStats)
+	app.Get("/stats/history", s.admin, s.handleHistory)
 	s.historyRing() // starts sampling now, so that the page has history when first opened
-	app.Get("/", s.handleDashboard)
-	app.Get("/dashboard", s.handleDashboard)
+	app.Get("/", s.admin, s.handleDashboard)
+	app.Get("/dashboard", s.admin, s.handleDashboard)
 
 	v1 := app.Group("/v1", s.authenticate)
 	v1.Post("/chat/completions", s.handleChat)
