@@ -191,3 +191,59 @@ func TestSampledSameSeed(t *testing.T) {
 	}
 	t.Logf("accepted %d head tokens over %d sampled requests", accepted, len(prompts)*len(params))
 }
+
+// TestTypicalOptIn: Medusa's typical acceptance is an explicit opt-in
+// (GenerateRequest.Typical): sampled requests then accept more head tokens
+// per proposed node and report Spec.Exact false; without it Exact is true;
+// greedy requests with Typical stay exact and equal plain greedy.
+func TestTypicalOptIn(t *testing.T) {
+	target, heads := shipped(t)
+	p, err := NewProposer(heads, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := engine.New(target, engine.Options{Proposers: []engine.Proposer{p}, FixedDraft: true, MaxDraft: len(p.Tree().Paths)})
+	defer e.Close()
+	plain := engine.New(target, engine.Options{})
+	defer plain.Close()
+	typ := &engine.TypicalAcceptance{Epsilon: 0.09, Delta: 0.3}
+	var accL, propL, accT, propT int
+	for i, text := range speculative.BenchPrompts()[:8] {
+		prompt := target.Tokenizer.Encode(text, true)
+		seed := uint64(i)
+		sp := engine.SamplingParams{Temperature: 0.7, Seed: &seed}
+		_, rl, err := generate(e, engine.GenerateRequest{Prompt: prompt, MaxTokens: 48, Sampling: sp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rt, err := generate(e, engine.GenerateRequest{Prompt: prompt, MaxTokens: 48, Sampling: sp, Typical: typ})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rl.Spec == nil || rt.Spec == nil {
+			t.Fatal("no speculation stats")
+		}
+		if !rl.Spec.Exact {
+			t.Fatalf("prompt %d: lossless sampled request reports Exact false", i)
+		}
+		if rt.Spec.Exact && rt.Spec.Accepted > 0 {
+			t.Fatalf("prompt %d: typical acceptance accepted %d tokens and reports Exact true", i, rt.Spec.Accepted)
+		}
+		accL, propL = accL+rl.Spec.Accepted, propL+rl.Spec.Proposed
+		accT, propT = accT+rt.Spec.Accepted, propT+rt.Spec.Proposed
+		// greedy with Typical: exact, and plain's output
+		want, _, _ := generate(plain, engine.GenerateRequest{Prompt: prompt, MaxTokens: 32})
+		got, rg, err := generate(e, engine.GenerateRequest{Prompt: prompt, MaxTokens: 32, Typical: typ})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) || (rg.Spec != nil && !rg.Spec.Exact) {
+			t.Fatalf("prompt %d: greedy with Typical: exact=%v\ngot  %v\nwant %v", i, rg.Spec != nil && rg.Spec.Exact, got, want)
+		}
+	}
+	rateL, rateT := float64(accL)/float64(max(propL, 1)), float64(accT)/float64(max(propT, 1))
+	t.Logf("T=0.7, 8 prompts: lossless accepted %d of %d nodes (%.3f), typical %d of %d (%.3f)", accL, propL, rateL, accT, propT, rateT)
+	if rateT <= rateL {
+		t.Fatalf("typical acceptance (%.3f) does not accept more than lossless (%.3f)", rateT, rateL)
+	}
+}
