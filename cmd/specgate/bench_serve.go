@@ -13,6 +13,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -67,6 +69,7 @@ func runBenchServe(args []string) error {
 	fs.StringVar(&o.modelDir, "model-dir", "", "in-process: serve this HF model directory instead of a random-weight shape")
 	fs.IntVar(&o.maxBatch, "max-batch", 64, "in-process: engine max batch (requests per step)")
 	fs.IntVar(&o.decodeSteps, "decode-steps", 8, "in-process: multi-step greedy decoding for a lone greedy request (what serve sets on CUDA)")
+	peer := fs.String("peer", "", "also run a peer on the same shape: hf (HF transformers static batching, python3 tools/bench/hf_serve.py; GPU machine)")
 	fs.IntVar(&o.kvT, "kv-tokens", 0, "in-process: KV capacity in tokens (0: enough for every stream's prompt and completion)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -79,16 +82,21 @@ func runBenchServe(args []string) error {
 		}
 		o.levels = append(o.levels, n)
 	}
+	if *peer != "" && *peer != "hf" {
+		return fmt.Errorf("bench-serve: --peer %q: want hf", *peer)
+	}
 	if o.maxTokens < 1 || o.promptTokens < 1 || o.requests < 0 || o.longPrompt < 0 {
 		return errors.New("bench-serve: --max-tokens and --prompt-tokens must be >= 1, --requests and --long-prompt >= 0")
 	}
 	var stats *backendTimer
+	stopServer := func() {}
 	if o.url == "" {
 		url, name, vocab, bt, stop, err := startBenchServer(&o)
 		if err != nil {
 			return err
 		}
-		defer stop()
+		stopServer = stop
+		defer func() { stopServer() }()
 		o.url, stats = url, bt
 		if o.model == "" {
 			o.model = name
@@ -154,6 +162,21 @@ func runBenchServe(args []string) error {
 			o.longPrompt, o.longReps, res.errors, pct(res.ttft, 50)*1e3, pct(res.ttft, 0)*1e3, float64(o.longPrompt)/pct(res.ttft, 50))
 		if line := stats.summary(res.wall); line != "" {
 			fmt.Printf("                 %s\n", line)
+		}
+	}
+	if *peer == "hf" {
+		// The peer runs after our levels, in its own process; with an
+		// in-process server, stop it first so that the GPU is the peer's.
+		if stats != nil {
+			stopServer()
+			stopServer = func() {}
+		}
+		vocab := o.vocab
+		cmd := exec.Command("python3", "tools/bench/hf_serve.py", "--concurrency", *levels, "--max-tokens", strconv.Itoa(o.maxTokens),
+			"--prompt-tokens", strconv.Itoa(o.promptTokens), "--vocab", strconv.Itoa(vocab), "--temperature", strconv.FormatFloat(o.temperature, 'g', -1, 64))
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("bench-serve: --peer hf: %w", err)
 		}
 	}
 	return nil
