@@ -69,10 +69,14 @@ func wlTraces(model string, n int) []wlTrace {
 	for _, w := range words {
 		a.warm = append(a.warm, wlRequest{"/v1/chat/completions", chatBody(model, 64, fmt.Sprintf("What does %s mean?", w))})
 	}
+	// every question comes back in each of the paraphrases, in rounds (FAQ
+	// traffic): a paraphrase finds the earlier wordings' answers as near misses.
 	a.build = func([]string) []wlRequest {
 		var out []wlRequest
-		for i, w := range words {
-			out = append(out, wlRequest{"/v1/chat/completions", chatBody(model, 64, fmt.Sprintf(para[i%len(para)], w))})
+		for r := range para {
+			for i, w := range words {
+				out = append(out, wlRequest{"/v1/chat/completions", chatBody(model, 64, fmt.Sprintf(para[(i+r)%len(para)], w))})
+			}
 		}
 		return out
 	}
@@ -259,10 +263,10 @@ func runBenchWorkload(args []string) error {
 	}
 	fmt.Printf("specgate bench workload: backend %s, %d items per trace, %d repetition(s), greedy; medians over repetitions\n", backend, *n, *reps)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "trace\tbackend\trequests\ttokens\ttau\tplain tok/s\tdrafts tok/s\tspeedup\tnear-miss drafts\tcache would serve\taccepted by source\t")
+	fmt.Fprintln(tw, "trace\tbackend\trequests\ttokens\ttau\tplain tok/s\tdrafts tok/s\tspeedup\tnear-miss drafts\tcache would serve\taccepted/proposed by source (all reps)\t")
 	for _, name := range names {
 		rs := results[name]
-		r := rs[0]
+		r := rs[0] // requests, tokens and the counts of the first repetition
 		sp := make([]float64, len(rs))
 		pt, dt, taus := make([]float64, len(rs)), make([]float64, len(rs)), make([]float64, len(rs))
 		for i, x := range rs {
@@ -271,9 +275,18 @@ func runBenchWorkload(args []string) error {
 			dt[i] = float64(x.tokens) / x.drafts.Seconds()
 			taus[i] = wlTau(x)
 		}
+		tot := map[string]gateway.SpeculativeSource{}
+		for _, x := range rs {
+			for k, s := range x.bySource {
+				t := tot[k]
+				t.Proposed += s.Proposed
+				t.Accepted += s.Accepted
+				tot[k] = t
+			}
+		}
 		var src []string
-		for _, k := range slices.Sorted(maps.Keys(r.bySource)) {
-			s := r.bySource[k]
+		for _, k := range slices.Sorted(maps.Keys(tot)) {
+			s := tot[k]
 			src = append(src, fmt.Sprintf("%s %d/%d", k, s.Accepted, s.Proposed))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.2f\t%.1f\t%.1f\t%.2fx\t%d\t%d\t%s\t\n", name, strings.Fields(backend)[0], r.reqs, r.tokens,
