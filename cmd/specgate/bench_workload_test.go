@@ -22,7 +22,7 @@ func TestBenchWorkload(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tr.name, err)
 		}
-		if res.mismatches != 0 || res.reqs != 2 || res.tokens == 0 {
+		if res.mismatches != 0 || res.reqs < 2 || res.tokens == 0 {
 			t.Fatalf("%s: %+v", tr.name, res)
 		}
 		t.Logf("%s: %+v", tr.name, res)
