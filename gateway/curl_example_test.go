@@ -61,7 +61,8 @@ func TestCurlExample(t *testing.T) {
 		}
 		cmdText = strings.ReplaceAll(cmdText, addr[1], ln.Addr().String())
 	}
-	s, err := New(Options{Config: DefaultConfig(), Models: []*LocalModel{shippedModel(t)}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	// With a cache, as `specgate serve` has by default.
+	s, err := New(Options{Config: DefaultConfig(), Models: []*LocalModel{shippedModel(t)}, Cache: newTestCache(t), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,4 +102,33 @@ func TestCurlExample(t *testing.T) {
 		t.Fatalf("no content streamed:\n%s", out)
 	}
 	t.Logf("streamed %d events: %q", len(events), text.String())
+
+	// The README says: ask again (with -i to see the headers) and the
+	// answer comes from the cache.
+	again, err := exec.CommandContext(ctx, "bash", "-c", strings.Replace(cmdText, "curl -N ", "curl -N -i ", 1)).Output()
+	if err != nil {
+		t.Fatalf("second call: %v\n%s", err, again)
+	}
+	head, body, _ := strings.Cut(strings.ReplaceAll(string(again), "\r\n", "\n"), "\n\n")
+	if !regexp.MustCompile(`(?mi)^X-Cache: HIT-EXACT$`).MatchString(head) {
+		t.Fatalf("second call is not a cache hit:\n%s", head)
+	}
+	if !strings.Contains(body, "data: [DONE]") {
+		t.Fatalf("second call did not end with [DONE]:\n%s", body)
+	}
+	var replay strings.Builder
+	for _, ev := range strings.Split(strings.TrimSuffix(body, "\n\n"), "\n\n") {
+		data, _ := strings.CutPrefix(ev, "data: ")
+		var c ChatCompletionChunk
+		if json.Unmarshal([]byte(data), &c) == nil {
+			for _, ch := range c.Choices {
+				if ch.Delta.Content != nil {
+					replay.WriteString(*ch.Delta.Content)
+				}
+			}
+		}
+	}
+	if replay.String() != text.String() {
+		t.Errorf("cached replay %q != first answer %q", replay.String(), text.String())
+	}
 }
