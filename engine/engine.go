@@ -79,6 +79,7 @@ type Engine struct {
 	admitNo  uint64
 	cost     stepCost
 	propCost map[Proposer]*ewma // seconds of one Propose call per depth level
+	props    map[Proposer]*propState
 	// specStreak counts steps in a row that verified drafts; lastTrees is
 	// the number of trees of the last propose.
 	specStreak, lastTrees int
@@ -147,7 +148,7 @@ func New(m *Model, opts Options) *Engine {
 		opts.MaxDraft = 16
 	}
 	e := &Engine{m: m, opts: opts, events: make(chan event, 64), quit: make(chan struct{}), done: make(chan struct{}),
-		propCost: map[Proposer]*ewma{}}
+		propCost: map[Proposer]*ewma{}, props: map[Proposer]*propState{}}
 	go e.loop()
 	return e
 }
@@ -617,7 +618,7 @@ func (e *Engine) setup(r *request) {
 	if r.req.NoSpeculation || len(props) == 0 {
 		return
 	}
-	r.spec = newSpecState(props, r.req.Typical)
+	r.spec = e.newSpecState(props, r.req.Typical)
 	r.stats.Exact = true
 }
 

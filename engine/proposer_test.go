@@ -322,11 +322,25 @@ func TestPreemptionNoLivelock(t *testing.T) {
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// all requests hold KV at once (a barrier at the first token), so their
+	// growth overflows the pool whatever the machine's scheduling.
+	var barrier sync.WaitGroup
+	barrier.Add(n)
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			outs[i], _, errs[i] = collect(e, ctx, GenerateRequest{Prompt: []int32{int32(1 + i), 4, 9, 16}, MaxTokens: maxTok})
+			first := true
+			_, errs[i] = e.Generate(ctx, GenerateRequest{Prompt: []int32{int32(1 + i), 4, 9, 16}, MaxTokens: maxTok},
+				func(c Chunk) error {
+					outs[i] = append(outs[i], c.Tokens...)
+					if first {
+						first = false
+						barrier.Done()
+						barrier.Wait()
+					}
+					return nil
+				})
 		}()
 	}
 	wg.Wait()

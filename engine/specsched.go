@@ -17,9 +17,8 @@ type specState struct {
 	// was), an EWMA over this request's verified steps.
 	acc   [][]float64
 	stats []SourceStats // per proposer, for ProposeRequest feedback
-	// probing: decode steps in a row without a draft, and the run after
-	// which the request is given a small draft anyway to re-estimate.
-	idle, probeEvery int
+	// glob[k] is proposer k's engine-wide state (acceptance prior, probing).
+	glob []*propState
 	// from[i] has bit k set when proposer k proposed node i of this step's tree.
 	from []uint64
 	id   RequestID // the request's id, for Confident proposers
@@ -27,21 +26,44 @@ type specState struct {
 
 const (
 	priorAccept   = 0.6  // initial conditional acceptance at every depth
-	accWeight     = 0.2  // EWMA weight of the newest observation
+	accWeight     = 0.2  // EWMA weight of the newest observation (per request)
+	globWeight    = 0.02 // ... over all requests of a proposer
 	probeEvery    = 8    // plain steps before a probe ...
 	maxProbeEvery = 128  // ... backing off exponentially up to this
 	specMargin    = 1.02 // a draft node must raise expected tokens/s by this factor
 	exploreEvery  = 32   // speculative steps in a row before one plain step
 )
 
-func newSpecState(props []Proposer, typ *TypicalAcceptance) *specState {
-	sp := &specState{props: props, typical: typ, probeEvery: probeEvery,
-		acc: make([][]float64, len(props)), stats: make([]SourceStats, len(props))}
+// propState is a proposer's engine-wide speculation state: its
+// acceptance per depth over all requests (the prior of a new request's
+// estimate) and its probe schedule. Probes are engine-wide so that the
+// probed requests share their draft forwards, and so that a proposer that
+// does not pay on this machine and load is probed rarely, however short the
+// requests are.
+type propState struct {
+	acc        []float64 // EWMA over all requests' verified steps
+	idle       int       // steps in a row in which the budget granted it nothing
+	probeEvery int
+}
+
+func (e *Engine) propStateOf(p Proposer) *propState {
+	ps := e.props[p]
+	if ps == nil {
+		ps = &propState{probeEvery: probeEvery}
+		e.props[p] = ps
+	}
+	return ps
+}
+
+func (e *Engine) newSpecState(props []Proposer, typ *TypicalAcceptance) *specState {
+	sp := &specState{props: props, typical: typ,
+		acc: make([][]float64, len(props)), stats: make([]SourceStats, len(props)), glob: make([]*propState, len(props))}
 	for k, p := range props {
 		if h, ok := p.(HiddenNeeder); ok && h.NeedsHidden() {
 			sp.needHidden = true
 		}
 		sp.acc[k] = []float64{}
+		sp.glob[k] = e.propStateOf(p)
 	}
 	return sp
 }
@@ -53,6 +75,9 @@ func (sp *specState) accAt(k, d int) float64 {
 	}
 	if d-1 < len(sp.acc[k]) {
 		return sp.acc[k][d-1]
+	}
+	if g := sp.glob[k]; d-1 < len(g.acc) {
+		return g.acc[d-1]
 	}
 	return priorAccept
 }
@@ -229,7 +254,6 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 		sp := r.spec
 		sp.id = r.id
 		maxDepth := min(r.maxNew-len(r.generated)-1, e.m.Config.MaxPositions-1-r.seq.Len(), e.opts.MaxDraft)
-		probe := sp.idle >= sp.probeEvery
 		for k, p := range sp.props {
 			id, ok := pid[p]
 			if !ok {
@@ -238,7 +262,8 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 				props = append(props, p)
 			}
 			if maxDepth > 0 {
-				cands = append(cands, &specCand{r: r, k: k, cap: maxDepth, run: 1, probe: probe, propID: id})
+				g := sp.glob[k]
+				cands = append(cands, &specCand{r: r, k: k, cap: maxDepth, run: 1, probe: g.idle >= g.probeEvery, propID: id})
 			}
 		}
 	}
@@ -312,31 +337,25 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 			depth[best.propID] = max(depth[best.propID], best.n)
 		}
 	}
-	// probing: a request whose drafts pay speculates every step; one whose
-	// drafts do not is probed after probeEvery plain steps, and each probe
-	// that does not pay doubles the interval (up to maxProbeEvery), so
-	// estimates stay fresh at a small cost.
-	seen := map[*request]bool{}
+	// probing, per proposer over the engine: while its drafts pay, they are
+	// granted every step; while they do not, all its requests are probed
+	// together after probeEvery steps, and each probe that does not pay
+	// doubles the interval (up to maxProbeEvery), so estimates stay fresh at
+	// a small cost.
+	paid, probed := map[*propState]bool{}, map[*propState]bool{}
 	for _, c := range cands {
-		if seen[c.r] {
-			continue
-		}
-		seen[c.r] = true
-		sp := c.r.spec
-		paid, probed := false, false
-		for _, o := range cands {
-			if o.r == c.r {
-				paid = paid || o.paid
-				probed = probed || (o.probe && o.n > 0)
-			}
-		}
+		g := c.r.spec.glob[c.k]
+		paid[g] = paid[g] || c.paid || (e.opts.FixedDraft && c.n > 0)
+		probed[g] = probed[g] || (c.probe && c.n > 0)
+	}
+	for g := range paid {
 		switch {
-		case paid || e.opts.FixedDraft:
-			sp.idle, sp.probeEvery = 0, probeEvery
-		case probed:
-			sp.idle, sp.probeEvery = 0, min(sp.probeEvery*2, maxProbeEvery)
+		case paid[g]:
+			g.idle, g.probeEvery = 0, probeEvery
+		case probed[g]:
+			g.idle, g.probeEvery = 0, min(g.probeEvery*2, maxProbeEvery)
 		default:
-			sp.idle++
+			g.idle++
 		}
 	}
 	// one Propose call per proposer
@@ -642,6 +661,11 @@ func (sp *specState) record(r *request, t *Proposal, vd verdict, e *Engine) {
 				x = 1
 			}
 			sp.acc[k][d-1] += accWeight * (x - sp.acc[k][d-1])
+			g := sp.glob[k]
+			for len(g.acc) < d {
+				g.acc = append(g.acc, priorAccept)
+			}
+			g.acc[d-1] += globWeight * (x - g.acc[d-1])
 		}
 	}
 }
