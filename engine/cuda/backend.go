@@ -92,7 +92,6 @@ type Backend struct {
 	nTiles, nRest            int               // the step's attn_tile tiles and per-token attention tokens (uploadMeta)
 	samp                     sampleIO          // device sampling (sample.go)
 	noGraph                  map[graphKey]bool // batched shapes whose capture failed: eager
-	stepGemm                 bool              // the step being queued is a decode batch through cuBLAS (decodeGemm)
 	hid                      kernels.DevicePtr
 	hidHost                  kernels.HostBuf
 	hidCap                   int // bytes of hid and hidHost

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"strconv"
 	"unsafe"
 
 	"github.com/specgate/specgate/engine"
@@ -203,7 +202,6 @@ func (b *Backend) forward(reqs []*engine.ForwardRequest, argOut []int32) error {
 		if err != nil {
 			return err
 		}
-		b.stepGemm = b.decodeGemm(reqs)
 		b.attnMax = 0
 		for _, n := range fb.kvlen {
 			b.attnMax = max(b.attnMax, int(n))
@@ -306,41 +304,11 @@ func (b *Backend) graphable(c *kernels.Ctx, T, R int) bool {
 	if b.opt.NoGraphs || R < 1 {
 		return false
 	}
-	if T <= kernels.GemvMaxM && R <= kernels.GemvMaxM && !b.stepGemm &&
+	if T <= kernels.GemvMaxM && R <= kernels.GemvMaxM &&
 		c.GemvFits(T, cfg.HiddenSize) && c.GemvFits(T, cfg.QDim()) && c.GemvFits(T, cfg.IntermediateSize) {
 		return true
 	}
 	return GraphBatched && b.nTiles == 0 && T <= MaxGraphTokens && R <= MaxGraphTokens && kernels.HasCUBLAS() && !b.opt.NoCUBLAS
-}
-
-// GemmMinTokens: a decode batch (every request one new token) of at least
-// this many tokens runs its projections through cuBLAS (tensor cores) even
-// when it fits the GEMV kernels, whose CUDA-core work grows with the batch
-// (8 tokens: 3.2 ms per step on an H100 against 1.0 ms for one).
-// Requests of several tokens (speculative chains and trees, prompts) keep
-// the GEMV kernels, whose bits do not depend on the batch. 0 turns it off;
-// SPECGATE_GEMM_MIN_TOKENS overrides it.
-var GemmMinTokens = envIntDef("SPECGATE_GEMM_MIN_TOKENS", 6)
-
-func envIntDef(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v >= 0 {
-		return v
-	}
-	return def
-}
-
-// decodeGemm reports whether reqs form a decode batch that runs through
-// cuBLAS although it fits the GEMV kernels (GemmMinTokens).
-func (b *Backend) decodeGemm(reqs []*engine.ForwardRequest) bool {
-	if GemmMinTokens <= 0 || len(reqs) < GemmMinTokens || len(reqs) > kernels.GemvMaxM || b.opt.NoCUBLAS || !kernels.HasCUBLAS() {
-		return false
-	}
-	for _, r := range reqs {
-		if len(r.Tokens) != 1 {
-			return false
-		}
-	}
-	return true
 }
 
 // MaxGraphTokens is the largest step captured as a CUDA graph.
@@ -356,11 +324,10 @@ type graphKey struct {
 	argmax bool
 	multi  bool // a DecodeGreedy step: decode_advance first
 	splits int  // attention split blocks per head (kernels.AttnSplitsFor(b.attnMax))
-	gemm   bool // a decode batch of <= GemvMaxM tokens through cuBLAS (stepGemm)
 }
 
 func (b *Backend) runMaybeGraph(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) error {
-	return b.runMaybeGraphKey(c, graphKey{T, R, argmax, false, kernels.AttnSplitsFor(b.attnMax), b.stepGemm}, lay)
+	return b.runMaybeGraphKey(c, graphKey{T, R, argmax, false, kernels.AttnSplitsFor(b.attnMax)}, lay)
 }
 
 // runMaybeGraphKey runs one step: from its CUDA graph when the batch is
@@ -504,9 +471,8 @@ func (b *Backend) DecodeGreedy(token, pos int32, cached, slots []int32, out []in
 		if err := c.Memset32(b.stepCnt, 0, 1); err != nil {
 			return err
 		}
-		b.stepGemm = false
 		for i := 0; i < n; i++ {
-			if err := b.runMaybeGraphKey(c, graphKey{1, 1, true, true, kernels.AttnSplitsFor(b.attnMax), false}, lay); err != nil {
+			if err := b.runMaybeGraphKey(c, graphKey{1, 1, true, true, kernels.AttnSplitsFor(b.attnMax)}, lay); err != nil {
 				return err
 			}
 		}
@@ -551,7 +517,7 @@ func (b *Backend) run(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) err
 	// tail (programmatic dependent launch; kernels.Ctx.SetPDL).
 	c.SetPDL(!b.opt.NoPDL)
 	defer c.SetPDL(false)
-	fused := T <= kernels.GemvMaxM && c.GemvFits(T, H) && !b.stepGemm
+	fused := T <= kernels.GemvMaxM && c.GemvFits(T, H)
 	for l := range b.layers {
 		ly := &b.layers[l]
 		kc, vc := b.kc+kernels.DevicePtr(l)*layerBytes, b.vc+kernels.DevicePtr(l)*layerBytes
@@ -616,7 +582,7 @@ func (b *Backend) attention(c *kernels.Ctx, am kernels.AttnMeta, lay metaLayout,
 // mm computes one projection of M rows (see kernels.GemvKind): GEMV when M
 // fits, cuBLAS for larger M when available, else GEMV in chunks.
 func (b *Backend) mm(c *kernels.Ctx, kind kernels.GemvKind, W, X, xrow, nw, Y kernels.DevicePtr, M, N, K int) error {
-	if M <= kernels.GemvMaxM && c.GemvFits(M, K) && !b.stepGemm {
+	if M <= kernels.GemvMaxM && c.GemvFits(M, K) {
 		return c.Gemv(kind, W, X, xrow, nw, b.eps, Y, M, N, K)
 	}
 	outW := N
