@@ -32,6 +32,9 @@ const (
 	maxProbeEvery = 128  // ... backing off exponentially up to this
 	specMargin    = 1.02 // a draft node must raise expected tokens/s by this factor
 	exploreEvery  = 32   // speculative steps in a row before one plain step
+	// optimisticLift is added to estimated acceptance when deciding whether
+	// a probe could pay at all.
+	optimisticLift = 0.25
 )
 
 // propState is a proposer's engine-wide speculation state: its
@@ -209,6 +212,28 @@ func (e *Engine) calibrate() {
 	}
 }
 
+// mayPay reports whether drafts of c's proposer could pay in a step of
+// baseT tokens and emit decoding requests if they were accepted more often
+// than estimated (by optimisticLift): a probe is worth its cost only then.
+// It uses the measured cost of the proposer's depth levels (unknown before
+// its first call: then it may pay).
+func (e *Engine) mayPay(c *specCand, baseT, emit int) bool {
+	lc := 0.0
+	if pc := e.propCost[c.r.spec.props[c.k]]; pc != nil {
+		lc = pc.v
+	}
+	base := float64(emit) / e.cost.at(baseT)
+	gain, run := 0.0, 1.0
+	for d := 1; d <= min(c.cap, 8); d++ {
+		run *= min(1, c.r.spec.accAt(c.k, d)+optimisticLift)
+		gain += run
+		if (float64(emit)+gain)/(e.cost.at(baseT+d)+float64(d)*lc) > base*specMargin {
+			return true
+		}
+	}
+	return false
+}
+
 // specCand is one (request, proposer) pair competing for draft nodes.
 type specCand struct {
 	r      *request
@@ -263,7 +288,9 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 			}
 			if maxDepth > 0 {
 				g := sp.glob[k]
-				cands = append(cands, &specCand{r: r, k: k, cap: maxDepth, run: 1, probe: g.idle >= g.probeEvery, propID: id})
+				c := &specCand{r: r, k: k, cap: maxDepth, run: 1, propID: id}
+				c.probe = g.idle >= g.probeEvery && e.mayPay(c, baseT, emit)
+				cands = append(cands, c)
 			}
 		}
 	}
