@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"sort"
+	"strings"
 )
 
 // NearMiss is a stored answer that did not qualify as a hit for a request
@@ -21,15 +24,47 @@ type NearMiss struct {
 	Response []byte // the stored response bytes (a copy owned by the caller)
 }
 
+// maxNearMissNamespaces bounds the other namespaces one NearMiss searches.
+const maxNearMissNamespaces = 16
+
+func modelPrefix(tenant, model string) string {
+	return url.PathEscape(tenant) + "/" + url.PathEscape(model) + "/"
+}
+
+// tenantNamespaces lists the namespaces of tenant under the given model
+// names (any system prompt and parameters), but skip; sorted, at most limit.
+func (c *Cache) tenantNamespaces(tenant string, models []string, skip string, limit int) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for ns := range c.ns {
+		if ns == skip {
+			continue
+		}
+		for _, m := range models {
+			if strings.HasPrefix(ns, modelPrefix(tenant, m)) {
+				out = append(out, ns)
+				break
+			}
+		}
+	}
+	sort.Strings(out)
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}
+
 // ErrNearMissBand reports a band outside (0, 1].
 var ErrNearMissBand = errors.New("cache: near-miss band must be in (0, 1]")
 
 // NearMiss returns the best stored answer for req with similarity >= band
-// that is not a hit: from req's own namespace and, in the same order of
-// preference by similarity, from the namespaces req would have under each
-// of the other model names in models (answers another model gave, e.g. an
-// upstream's, under the same tenant, system prompt and parameters: a draft
-// for a local model). The tenant is never changed. ok is false when there
+// that is not a hit: from req's own namespace, the same tenant's
+// namespaces of req's model with other system prompts or parameters
+// (reason "params"), and the same tenant's namespaces of the other model
+// names in models (reason "model": answers another model gave, e.g. an
+// upstream's, as a draft for a local model); at most 16 other namespaces.
+// The tenant is never changed. ok is false when there
 // is none (also for requests the cache bypasses, or without a semantic
 // tier). The lookup embeds the key once and searches each namespace; it
 // records no hit and changes no statistics.
@@ -49,17 +84,7 @@ func (c *Cache) NearMiss(ctx context.Context, req *Request, band float32, models
 		return nm, false, fmt.Errorf("cache: near miss: embed %s: %w", c.emb.Name(), errOr(err, len(vs)))
 	}
 	v := vs[0]
-	nss := []string{p.ns}
-	seen := map[string]bool{p.ns: true}
-	for _, m := range models {
-		r := *req
-		r.Model = m
-		ns := Namespace(&r)
-		if !seen[ns] {
-			seen[ns] = true
-			nss = append(nss, ns)
-		}
-	}
+	nss := append([]string{p.ns}, c.tenantNamespaces(req.Tenant, append([]string{req.Model}, models...), p.ns, maxNearMissNamespaces)...)
 	for _, ns := range nss {
 		ms, err := c.index.Search(ctx, ns, v, c.cfg.TopK)
 		if err != nil {
@@ -87,7 +112,10 @@ func (c *Cache) NearMiss(ctx context.Context, req *Request, band float32, models
 					continue
 				}
 			} else if ns != p.ns {
-				reason = "model"
+				reason = "params"
+				if !strings.HasPrefix(ns, modelPrefix(req.Tenant, req.Model)) {
+					reason = "model"
+				}
 			}
 			nm = NearMiss{Namespace: ns, ID: e.ID, Key: e.Key, Similarity: m.Score, Reason: reason, Response: e.Response}
 			ok = true

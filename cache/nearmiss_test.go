@@ -9,8 +9,9 @@ import (
 )
 
 // TestNearMiss: below the threshold but within the band, refused by the
-// guard, from another model's namespace (same tenant), never from another
-// tenant; nothing outside the band; no hit or statistic recorded.
+// guard, from another model's namespace or the same model under other
+// parameters (same tenant), never from another tenant; nothing outside the
+// band; no hit or statistic recorded.
 func TestNearMiss(t *testing.T) {
 	f := newFixture(t, cache.DefaultConfig())
 	ctx := context.Background()
@@ -63,6 +64,30 @@ func TestNearMiss(t *testing.T) {
 	nm, ok, _ = f.c.NearMiss(ctx, loc, 0.35, []string{"gpt-4o-mini"})
 	if !ok || string(nm.Response) != "UP" || nm.Reason != "model" || nm.Similarity < 0.99 {
 		t.Fatalf("upstream answer as a near miss: %+v %v", nm, ok)
+	}
+	// an upstream's answer stored under other parameters (its namespace hashes
+	// the body's fields) and the same model under other parameters: found by
+	// the tenant's namespaces, labelled.
+	up2 := &cache.Request{Tenant: "t", Model: "gpt-4o-mini", Params: map[string]string{"max_tokens": "64"},
+		Messages: []cache.Message{{Role: "user", Content: "Explain the Go scheduler's work stealing."}}}
+	if err := f.c.Put(ctx, up2, []byte("UP2"), 9); err != nil {
+		t.Fatal(err)
+	}
+	nm, ok, _ = f.c.NearMiss(ctx, user("t", "Explain the Go scheduler's work stealing."), 0.35, []string{"gpt-4o-mini"})
+	if !ok || string(nm.Response) != "UP2" || nm.Reason != "model" {
+		t.Fatalf("upstream answer under other params: %+v %v", nm, ok)
+	}
+	own := &cache.Request{Tenant: "t", Model: "llama", Params: map[string]string{"max_tokens": "16"},
+		Messages: []cache.Message{{Role: "user", Content: "What is a goroutine leak?"}}}
+	if err := f.c.Put(ctx, own, []byte("OWN"), 9); err != nil {
+		t.Fatal(err)
+	}
+	nm, ok, _ = f.c.NearMiss(ctx, user("t", "What is a goroutine leak?"), 0.35, nil)
+	if !ok || string(nm.Response) != "OWN" || nm.Reason != "params" {
+		t.Fatalf("same model, other params: %+v %v", nm, ok)
+	}
+	if _, ok, _ := f.c.NearMiss(ctx, user("u", "What is a goroutine leak?"), 0.1, []string{"llama", "gpt-4o-mini"}); ok {
+		t.Fatal("near miss across tenants (other params)")
 	}
 	// bypassed requests and bad bands.
 	if _, ok, _ := f.c.NearMiss(ctx, &cache.Request{Tenant: "t", Model: "llama"}, 0.35, nil); ok {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -275,4 +276,52 @@ func TestCommonTokens(t *testing.T) {
 	if _, ok := commonTokens(make([]int32, 1<<13), make([]int32, 1<<13)); ok {
 		t.Error("2^26 cells accepted")
 	}
+}
+
+// TestUpstreamAnswerDraftsLocal: an upstream model's cached answer drafts
+// the same tenant's request to a local model (cache.NearMiss across model
+// names; the two namespaces differ in model and parameters). The local
+// answer is the local model's own (equal to a server without cache or
+// upstream) and the drafted tokens came from the near miss.
+func TestUpstreamAnswerDraftsLocal(t *testing.T) {
+	q := "Write a short Go function that adds two integers."
+	body := func(model string) string {
+		return fmt.Sprintf(`{"model":%q,"temperature":0,"max_tokens":48,"messages":[{"role":"user","content":%q}]}`, model, q)
+	}
+	plainTS := startServer(t, Options{Models: []*LocalModel{fixedDraftModel(t)}})
+	want := chatDraft(t, plainTS.URL, "", body("specgate-target"), map[string]string{HeaderSpeculation: "off"})
+	// the upstream happens to answer what the local model would.
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		b, _ := json.Marshal(map[string]any{"id": "chatcmpl-up", "object": "chat.completion", "created": 1, "model": "up-model",
+			"choices": []any{map[string]any{"index": 0, "message": map[string]string{"role": "assistant", "content": want.content}, "finish_reason": "stop"}},
+			"usage":   map[string]int{"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14}})
+		_, _ = w.Write(b)
+	}))
+	defer up.Close()
+	cfg := DefaultConfig()
+	cfg.Models = nil
+	cfg.Upstreams = []UpstreamConfig{{Name: "up", BaseURL: up.URL, Models: []string{"up-model"}}}
+	cfg.applyDefaults()
+	lm := fixedDraftModel(t)
+	lm.Drafts = &Drafts{NearMissBand: 0.35, NearMissModels: []string{"up-model"}}
+	ts := startServer(t, Options{Config: cfg, Models: []*LocalModel{lm}, Cache: newTestCache(t), Getenv: func(string) string { return "" }})
+	if r := post(t, ts.URL+"/v1/chat/completions", "", body("up-model"), nil); r.status != 200 {
+		t.Fatalf("upstream: %d %s", r.status, r.body)
+	}
+	r := post(t, ts.URL+"/v1/chat/completions", "", body("specgate-target"), nil)
+	if r.status != 200 || r.xcache != "MISS" {
+		t.Fatalf("local: %d %s %s", r.status, r.xcache, r.body)
+	}
+	got, u := chatContent(t, r.body)
+	if got != want.content {
+		t.Fatalf("local answer %q, want the plain %q", got, want.content)
+	}
+	if u.Speculative == nil || u.Speculative.BySource[speculative.SourceNearMiss].Accepted == 0 {
+		t.Fatalf("the upstream's answer did not draft: %+v", u.Speculative)
+	}
+	if m := metricsText(t, ts.URL); !strings.Contains(m, `specgate_cache_near_miss_drafts_total{model="specgate-target",reason="model"} 1`) {
+		t.Fatalf("near-miss metric:\n%s", grepLines(m, "near_miss"))
+	}
+	t.Logf("by source %+v", u.Speculative.BySource)
 }
