@@ -11,3 +11,6 @@ func dotF32AVX2(a, b *float32, n int) float32
 
 //go:noescape
 func dotI8AVX2(a, b *int8, n int) int32
+
+//go:noescape
+func prefetchLines(p *int8, n int)

@@ -96,3 +96,19 @@ i8reduce:
 	VZEROUPPER
 	MOVL X0, ret+24(FP)
 	RET
+
+// func prefetchLines(p *int8, n int)
+//
+// Issues PREFETCHT0 for every 64-byte line of p[0:n] (n > 0): the HNSW
+// search asks for all unvisited neighbours' vectors before scoring the
+// first, so their cache misses overlap.
+TEXT ·prefetchLines(SB), NOSPLIT, $0-16
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+
+pfloop:
+	PREFETCHT0 (SI)
+	ADDQ $64, SI
+	SUBQ $64, CX
+	JG   pfloop
+	RET

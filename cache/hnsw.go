@@ -18,6 +18,10 @@ type HNSWConfig struct {
 	// CompactRatio: when tombstones exceed this fraction of a namespace's
 	// nodes, the namespace graph is rebuilt from its live nodes. 0 = 0.3.
 	CompactRatio float64
+	// NoQuantize traverses with the float32 vectors even at 128+
+	// dimensions (by default those graphs traverse int8 copies and re-score
+	// the results exactly; see graph.qv).
+	NoQuantize bool
 }
 
 // HNSW is an in-process hierarchical navigable small world index (Malkov &
@@ -234,7 +238,7 @@ func newGraph(cfg HNSWConfig, seed uint64) *graph {
 		cfg: cfg, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		ml: 1 / math.Log(float64(cfg.M)), byID: map[string]int32{}, entry: -1,
 	}
-	if cfg.Dim >= quantMinDim {
+	if cfg.Dim >= quantMinDim && !cfg.NoQuantize {
 		g.qdim = (cfg.Dim + 31) &^ 31
 	}
 	return g
@@ -426,20 +430,36 @@ func (g *graph) searchLayer(q *query, ep cand, ef, level int, liveOnly bool) []c
 		if res.len() >= ef && c.s < res.top().s {
 			break
 		}
-		for _, j := range g.nodes[c.i].links[level] {
-			if !vs.visit(j) {
-				continue
-			}
-			n := g.nodes[j]
-			s := g.score(q, j)
-			if res.len() < ef || s > res.top().s {
-				cands.push(cand{j, s})
-				if liveOnly && n.deleted {
-					continue
+		links := g.nodes[c.i].links[level]
+		for len(links) > 0 {
+			// Unvisited neighbours in batches; with int8 copies their
+			// vectors are all requested from memory before the first is
+			// scored, so the cache misses overlap.
+			var batch [64]int32
+			nb := 0
+			for len(links) > 0 && nb < len(batch) {
+				if j := links[0]; vs.visit(j) {
+					batch[nb] = j
+					nb++
 				}
-				res.push(cand{j, s})
-				if res.len() > ef {
-					res.pop()
+				links = links[1:]
+			}
+			if g.qdim > 0 {
+				for _, j := range batch[:nb] {
+					prefetchLines(&g.qv[int(j)*g.qdim], g.qdim)
+				}
+			}
+			for _, j := range batch[:nb] {
+				s := g.score(q, j)
+				if res.len() < ef || s > res.top().s {
+					cands.push(cand{j, s})
+					if liveOnly && g.nodes[j].deleted {
+						continue
+					}
+					res.push(cand{j, s})
+					if res.len() > ef {
+						res.pop()
+					}
 				}
 			}
 		}
