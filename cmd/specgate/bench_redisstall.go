@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -197,6 +198,7 @@ cache:
 	}
 	fmt.Printf("Redis stopped at %.1f s and resumed at %.1f s; the gateway's circuit breaker opened %d times, at s: %s\n",
 		stallAt.Sub(start).Seconds(), stallEnd.Sub(start).Seconds(), len(opens), strings.Join(opens, " "))
+	printWarnings(gwLog.Name(), start, stallAt, stallEnd)
 	if report.non2xx > 0 {
 		return fmt.Errorf("%w: %d non-2xx answers", errRedisStall, report.non2xx)
 	}
@@ -387,4 +389,46 @@ func grepLog(path, needle string) []string {
 		}
 	}
 	return out
+}
+
+// printWarnings counts the gateway's warnings by kind (message, digits
+// removed) and phase: what the cache's Redis calls failed with.
+func printWarnings(path string, start, stallAt, stallEnd time.Time) {
+	noise := regexp.MustCompile(`"[^"]*"|tcp [0-9.:]+->[0-9.:]+|[0-9]+`)
+	type key struct{ phase, kind string }
+	counts := map[key]int{}
+	for _, l := range grepLog(path, `"level":"WARN"`) {
+		var e struct {
+			Time time.Time `json:"time"`
+			Msg  string    `json:"msg"`
+			Err  string    `json:"err"`
+		}
+		if json.Unmarshal([]byte(l), &e) != nil {
+			continue
+		}
+		phase := "before"
+		if !e.Time.Before(stallEnd) {
+			phase = "after"
+		} else if !e.Time.Before(stallAt) {
+			phase = "during"
+		}
+		kind := noise.ReplaceAllString(e.Msg+" "+e.Err, "_")
+		if len(kind) > 150 {
+			kind = kind[:150]
+		}
+		counts[key{phase, kind}]++
+	}
+	keys := make([]key, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].phase != keys[j].phase {
+			return keys[i].phase < keys[j].phase
+		}
+		return counts[keys[i]] > counts[keys[j]]
+	})
+	for _, k := range keys {
+		fmt.Printf("gateway warnings %-6s %6d  %s\n", k.phase, counts[k], k.kind)
+	}
 }
