@@ -325,3 +325,26 @@ func TestUpstreamAnswerDraftsLocal(t *testing.T) {
 	}
 	t.Logf("by source %+v", u.Speculative.BySource)
 }
+
+// FuzzPrediction: any bytes as a prediction or as a stored response:
+// parsePrediction returns text or a 400 naming a prediction field, and
+// answerText never panics.
+func FuzzPrediction(f *testing.F) {
+	for _, s := range []string{`{"type":"content","content":"abc"}`, `{"type":"content","content":[{"type":"text","text":"a"}]}`,
+		`{"type":"x"}`, `null`, `[]`, `{"type":"content","content":[null]}`, "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_ = answerText(b)
+		text, aerr := parsePrediction(json.RawMessage(b))
+		if aerr != nil {
+			if aerr.Status != 400 || !strings.HasPrefix(aerr.Param, "prediction") {
+				t.Fatalf("%q: %+v", b, aerr)
+			}
+			return
+		}
+		if !json.Valid(b) {
+			t.Fatalf("invalid JSON %q accepted as %q", b, text)
+		}
+	})
+}

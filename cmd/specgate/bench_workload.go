@@ -263,17 +263,18 @@ func runBenchWorkload(args []string) error {
 	}
 	fmt.Printf("specgate bench workload: backend %s, %d items per trace, %d repetition(s), greedy; medians over repetitions\n", backend, *n, *reps)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "trace\tbackend\trequests\ttokens\ttau\tplain tok/s\tdrafts tok/s\tspeedup\tnear-miss drafts\tcache would serve\taccepted/proposed by source (all reps)\t")
+	fmt.Fprintln(tw, "trace\tbackend\trequests\ttokens\ttau\tplain tok/s\tdrafts tok/s\tspeedup\tnear-miss drafts\tcache would serve\tsaved ms/req\taccepted/proposed by source (all reps)\t")
 	for _, name := range names {
 		rs := results[name]
 		r := rs[0] // requests, tokens and the counts of the first repetition
 		sp := make([]float64, len(rs))
-		pt, dt, taus := make([]float64, len(rs)), make([]float64, len(rs)), make([]float64, len(rs))
+		pt, dt, taus, saved := make([]float64, len(rs)), make([]float64, len(rs)), make([]float64, len(rs)), make([]float64, len(rs))
 		for i, x := range rs {
 			sp[i] = float64(x.plain) / float64(x.drafts)
 			pt[i] = float64(x.tokens) / x.plain.Seconds()
 			dt[i] = float64(x.tokens) / x.drafts.Seconds()
 			taus[i] = wlTau(x)
+			saved[i] = float64((x.plain - x.drafts).Microseconds()) / 1000 / float64(max(x.reqs, 1))
 		}
 		tot := map[string]gateway.SpeculativeSource{}
 		for _, x := range rs {
@@ -289,8 +290,8 @@ func runBenchWorkload(args []string) error {
 			s := tot[k]
 			src = append(src, fmt.Sprintf("%s %d/%d", k, s.Accepted, s.Proposed))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.2f\t%.1f\t%.1f\t%.2fx\t%d\t%d\t%s\t\n", name, strings.Fields(backend)[0], r.reqs, r.tokens,
-			med(taus), med(pt), med(dt), med(sp), r.nearMiss, r.wouldHit, strings.Join(src, ", "))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.2f\t%.1f\t%.1f\t%.2fx\t%d\t%d\t%.1f\t%s\t\n", name, strings.Fields(backend)[0], r.reqs, r.tokens,
+			med(taus), med(pt), med(dt), med(sp), r.nearMiss, r.wouldHit, med(saved), strings.Join(src, ", "))
 		if r.mismatches > 0 {
 			tw.Flush()
 			return fmt.Errorf("%s: %d outputs differ between plain and drafts", name, r.mismatches)
@@ -298,8 +299,9 @@ func runBenchWorkload(args []string) error {
 	}
 	tw.Flush()
 	fmt.Println("tau = completion tokens after the first / target decode steps (drafts run); speedup = plain time / drafts time, same requests,")
-	fmt.Println("each pair interleaved; near-miss drafts = requests drafted from a cache near miss; cache would serve = requests a cache-on")
-	fmt.Println("pass answers from the cache (unverified). GPU: not measured by this command unless --url points at a GPU server.")
+	fmt.Println("each pair interleaved; saved = (plain - drafts time) per request; near-miss drafts = requests drafted from a cache near miss;")
+	fmt.Println("cache would serve = requests a cache-on pass answers from the cache (unverified). GPU: not measured by this command")
+	fmt.Println("unless --url points at a GPU server.")
 	return nil
 }
 
