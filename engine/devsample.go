@@ -37,13 +37,14 @@ type DeviceSampler interface {
 
 // rowSample returns the device-sampling request for r's next token, or nil
 // when the backend cannot sample on the device or r needs the logits row on
-// the host (speculation, top logprobs). It draws r's uniform as the CPU path
+// the host (top logprobs). The engine asks for it only for rows without a
+// draft tree (a speculative request's step without a draft samples here too). It draws r's uniform as the CPU path
 // does (one Float64 per sampled token, none for greedy), so a seed gives the
 // same stream of uniforms either way (the item is built once per step and
 // reused by the engine's retries).
 func (e *Engine) rowSample(r *request) *RowSample {
 	ds, ok := e.m.backend.(DeviceSampler)
-	if !ok || !ds.SamplesOnDevice() || r.spec != nil || r.sampler.Logprobs > 0 {
+	if !ok || !ds.SamplesOnDevice() || r.sampler.Logprobs > 0 {
 		return nil
 	}
 	p := r.sampler

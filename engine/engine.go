@@ -834,7 +834,9 @@ func (e *Engine) step(ready []*request, active int) []*request {
 			if end == len(ctxToks) && !r.recompute {
 				it.LogitsRows = []int32{int32(end - r.prefilled - 1)}
 				it.WantHidden = r.spec != nil && r.spec.needHidden
-				it.Sample = e.rowSample(r)
+				if !it.WantHidden {
+					it.Sample = e.rowSample(r) // the first token never has a draft
+				}
 			} else {
 				it.LogitsRows = []int32{}
 			}
@@ -861,8 +863,11 @@ func (e *Engine) step(ready []*request, active int) []*request {
 		if r.spec != nil {
 			decoding = append(decoding, r)
 		}
-		items = append(items, BatchItem{Seq: r.seq, Tokens: []int32{r.generated[len(r.generated)-1]},
-			WantHidden: r.spec != nil && r.spec.needHidden, Sample: e.rowSample(r)})
+		it := BatchItem{Seq: r.seq, Tokens: []int32{r.generated[len(r.generated)-1]}, WantHidden: r.spec != nil && r.spec.needHidden}
+		if r.spec == nil {
+			it.Sample = e.rowSample(r)
+		}
+		items = append(items, it)
 		plan = append(plan, stepItem{r: r})
 	}
 	if len(items) == 0 {
@@ -884,6 +889,10 @@ func (e *Engine) step(ready []*request, active int) []*request {
 		for i := range plan {
 			t := trees[plan[i].r]
 			if t == nil || t.Len() == 0 {
+				if r := plan[i].r; r.spec != nil && !plan[i].prefill && !items[i].WantHidden {
+					// no draft this step: sample like a plain request (on the device where it can)
+					items[i].Sample = e.rowSample(r)
+				}
 				continue
 			}
 			plan[i].tree = t

@@ -101,6 +101,9 @@ func (a *ewma) add(x float64) {
 // measured steps (an EWMA per size bucket, interpolated between buckets).
 type stepCost struct {
 	buckets map[int]*ewma
+	// keys (sorted) and ys (their monotone envelope), rebuilt by observe
+	keys []int
+	ys   []float64
 }
 
 // costBucket maps T to its bucket: exact up to 16, then powers of two.
@@ -129,6 +132,18 @@ func (c *stepCost) observe(T int, secs float64) {
 		c.buckets[b] = a
 	}
 	a.add(secs)
+	c.keys = c.keys[:0]
+	for k := range c.buckets {
+		c.keys = append(c.keys, k)
+	}
+	sort.Ints(c.keys)
+	c.ys = c.ys[:0]
+	for i, k := range c.keys {
+		c.ys = append(c.ys, c.buckets[k].v)
+		if i > 0 {
+			c.ys[i] = max(c.ys[i], c.ys[i-1])
+		}
+	}
 }
 
 // known reports whether any forward was measured.
@@ -141,19 +156,7 @@ func (c *stepCost) at(T int) float64 {
 	if len(c.buckets) == 0 {
 		return 1 + 0.1*float64(T-1) // unmeasured: a relative guess
 	}
-	keys := make([]int, 0, len(c.buckets))
-	for k := range c.buckets {
-		keys = append(keys, k)
-	}
-	sort.Ints(keys)
-	// monotone envelope of the measured points
-	ys := make([]float64, len(keys))
-	for i, k := range keys {
-		ys[i] = c.buckets[k].v
-		if i > 0 {
-			ys[i] = max(ys[i], ys[i-1])
-		}
-	}
+	keys, ys := c.keys, c.ys
 	if T <= keys[0] {
 		return ys[0]
 	}
