@@ -8,10 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/specgate/specgate/cache"
+	"github.com/specgate/specgate/engine"
 )
 
 // nodePeers returns tools/node when node and its npm packages (installed by
@@ -185,4 +187,68 @@ func TestResponsesErrors(t *testing.T) {
 	if r.StatusCode != 404 {
 		t.Errorf("GET unknown response: %d", r.StatusCode)
 	}
+}
+
+// TestResponsesChainPerTenant: previous_response_id continues a stored
+// conversation for the tenant that created it (the earlier turn is in the
+// prompt the model sees) and is unknown to another tenant.
+func TestResponsesChainPerTenant(t *testing.T) {
+	var prompts []string
+	gen := &recordingGen{fakeGen: fakeGen{Reply: "fine"}, prompts: &prompts}
+	cfg := DefaultConfig()
+	cfg.Models = nil
+	cfg.Auth.Keys = []KeyConfig{{Key: "ka", Tenant: "a"}, {Key: "kb", Tenant: "b"}}
+	if err := cfg.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, Options{Config: cfg, Models: []*LocalModel{fakeModel("m", gen)}})
+	call := func(key, body string) (int, map[string]any) {
+		req, _ := http.NewRequest("POST", ts.URL+"/v1/responses", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Cache-Control", "no-store")
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		var out map[string]any
+		json.NewDecoder(r.Body).Decode(&out)
+		return r.StatusCode, out
+	}
+	st, first := call("ka", `{"model":"m","input":"first question","instructions":"be brief"}`)
+	if st != 200 {
+		t.Fatalf("first: %d %v", st, first)
+	}
+	id, _ := first["id"].(string)
+	if st, out := call("kb", `{"model":"m","input":"x","previous_response_id":"`+id+`"}`); st != 400 {
+		t.Errorf("other tenant continued the chain: %d %v", st, out)
+	}
+	st, second := call("ka", `{"model":"m","input":"second question","previous_response_id":"`+id+`"}`)
+	if st != 200 || second["previous_response_id"] != id {
+		t.Fatalf("second: %d %v", st, second)
+	}
+	last := prompts[len(prompts)-1]
+	for _, want := range []string{"first question", "fine", "second question"} {
+		if !strings.Contains(last, want) {
+			t.Errorf("chained prompt %q lacks %q", last, want)
+		}
+	}
+	if strings.Contains(last, "be brief") {
+		t.Errorf("instructions of the earlier response carried over: %q", last)
+	}
+}
+
+// recordingGen is fakeGen that records the decoded prompt of each call.
+type recordingGen struct {
+	fakeGen
+	mu      sync.Mutex
+	prompts *[]string
+}
+
+func (g *recordingGen) Generate(ctx context.Context, req engine.GenerateRequest, emit func(engine.Chunk) error) (engine.Result, error) {
+	g.mu.Lock()
+	*g.prompts = append(*g.prompts, byteTokenizer{}.Decode(req.Prompt, false))
+	g.mu.Unlock()
+	return g.fakeGen.Generate(ctx, req, emit)
 }
