@@ -81,18 +81,24 @@ def main():
     llama = {}  # (threads, mode) -> list of row dicts
     ours = {}   # (threads, mode) -> list of (tau, tok/s)
     loads = [loadavg()]
+    open(os.path.join(out, "raw.jsonl"), "w").close()
     t0 = time.time()
     for r in range(a.rounds):
         for th in threads:
             res = sh(["node", "tools/bench/llamacpp_spec.mjs", tg, dg, pj, "--threads", str(th), "--runs", "1",
                       "--drafts", a.drafts], capture_output=True)
-            for line in res.stdout.splitlines():
-                row = json.loads(line)
-                llama.setdefault((th, row["mode"]), []).append(row)
+            with open(os.path.join(out, "raw.jsonl"), "a") as raw:
+                for line in res.stdout.splitlines():
+                    row = json.loads(line)
+                    llama.setdefault((th, row["mode"]), []).append(row)
+                    raw.write(json.dumps(dict(row, round=r + 1)) + "\n")
             res = sh([sg, "bench", "spec", "--threads", str(th), "--prompts", str(a.prompts), "--tokens", str(a.tokens),
                       "--runs", "1", "--modes", a.modes], capture_output=True)
-            for name, v in parse_bench_spec(res.stdout).items():
-                ours.setdefault((th, name), []).append(v)
+            with open(os.path.join(out, "raw.jsonl"), "a") as raw:
+                for name, v in parse_bench_spec(res.stdout).items():
+                    ours.setdefault((th, name), []).append(v)
+                    raw.write(json.dumps({"engine": "specgate", "threads": th, "mode": name, "tau": v[0],
+                                          "tokensPerSec": v[1], "round": r + 1}) + "\n")
             loads.append(loadavg())
             print(f"round {r + 1}/{a.rounds}, {th} thread(s) done ({time.time() - t0:.0f} s, load {loads[-1]})", file=sys.stderr, flush=True)
 
