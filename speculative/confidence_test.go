@@ -22,9 +22,6 @@ func TestConfidentLongDrafts(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := NewKnown(KnownConfig{})
-	if v := k.Confidence(12345, 1); v >= 0 {
-		t.Fatalf("unknown request: confidence %v, want no opinion", v)
-	}
 	req := engine.GenerateRequest{Prompt: prompt, MaxTokens: 96}
 	WithProposers(&req, []engine.Proposer{k}, "t", []engine.KnownDraft{{Source: SourcePrediction, Tokens: want}})
 	got, res, err := generate(e, req)

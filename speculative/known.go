@@ -69,6 +69,8 @@ type knownCursor struct {
 	ctl     depthControl
 }
 
+const knownPrior = 0.9
+
 // NewKnown returns a Known proposer.
 func NewKnown(cfg KnownConfig) *Known {
 	return &Known{cfg: cfg.withDefaults(), reqs: map[engine.RequestID]*knownReq{}}
@@ -139,13 +141,16 @@ func (k *Known) Propose(_ context.Context, reqs []engine.ProposeRequest) ([]engi
 // Confidence implements engine.Confident: for a request whose draft cursor
 // is aligned (not paused, not a guess), the cursor's record of confirmed
 // tokens against rejections (prior 0.9); 0 past the end of every aligned
-// draft; no opinion (-1) otherwise.
+// draft; no opinion (-1) otherwise. Before its first Propose call a request
+// gets 0.9 (the gateway attaches Known only to requests with known drafts,
+// and a draft is aligned with the output's start): without it the engine's
+// own prior may never grant the first call that aligns the cursor.
 func (k *Known) Confidence(id engine.RequestID, depth int) float64 {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	st := k.reqs[id]
 	if st == nil {
-		return -1
+		return knownPrior
 	}
 	best, aligned := 0.0, false
 	for _, c := range st.drafts {
@@ -154,7 +159,7 @@ func (k *Known) Confidence(id engine.RequestID, depth int) float64 {
 		}
 		aligned = true
 		if depth <= len(c.toks)-1-c.at {
-			best = max(best, c.ctl.rate(0.9, 5))
+			best = max(best, c.ctl.rate(knownPrior, 5))
 		}
 	}
 	if !aligned {

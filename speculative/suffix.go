@@ -125,6 +125,7 @@ type suffixReq struct {
 	indexed int
 	seen    int // len(Generated) at the previous call
 	ctl     depthControl
+	matched bool // the previous call found a match (and proposed)
 }
 
 // NewSuffix returns a Suffix proposer.
@@ -188,14 +189,15 @@ func (s *Suffix) Release(id engine.RequestID) {
 	s.mu.Unlock()
 }
 
-// Confidence implements engine.Confident: the request's record of
-// confirmed draft tokens against rejections (prior 0.6), once it has one
-// and is not paused; no opinion (-1) otherwise.
+// Confidence implements engine.Confident: while the request's context kept
+// matching (the previous call proposed), the request's record of confirmed
+// draft tokens against rejections (prior 0.6); no opinion (-1) otherwise,
+// so that a budget is not reserved for a source that has nothing to say.
 func (s *Suffix) Confidence(id engine.RequestID, _ int) float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.reqs[id]
-	if st == nil || st.ctl.pause > 0 || st.ctl.confirmed+st.ctl.rejects == 0 {
+	if st == nil || !st.matched || st.ctl.pause > 0 || st.ctl.confirmed+st.ctl.rejects == 0 {
 		return -1
 	}
 	return st.ctl.rate(0.6, 5)
@@ -237,6 +239,7 @@ func (s *Suffix) Propose(_ context.Context, reqs []engine.ProposeRequest) ([]eng
 			st.ctl.observe(r.Generated[st.seen:])
 		}
 		st.seen = len(r.Generated)
+		st.matched = false
 		// the context: prompt + generated (pending last).
 		full := len(r.Prompt) + len(r.Generated)
 		ctx := make([]int32, 0, min(full, s.cfg.MaxMatch+1))
@@ -287,6 +290,7 @@ func (s *Suffix) Propose(_ context.Context, reqs []engine.ProposeRequest) ([]eng
 			}
 		}
 		st.ctl.proposed(mainChain(toks, parents))
+		st.matched = true
 		out[i] = p
 	}
 	return out, nil

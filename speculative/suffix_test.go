@@ -333,3 +333,41 @@ func TestKnownFollowsAndResyncs(t *testing.T) {
 		t.Fatal("Release kept state")
 	}
 }
+
+// TestConfidence: the proposers' own acceptance estimates (engine.Confident).
+func TestConfidence(t *testing.T) {
+	k := NewKnown(KnownConfig{})
+	draft := []int32{10, 11, 12, 13, 14, 15, 16, 17, 18, 19}
+	known := []engine.KnownDraft{{Source: SourcePrediction, Tokens: draft}}
+	if v := k.Confidence(1, 1); v != knownPrior {
+		t.Fatalf("before the first call: %v, want the prior %v", v, knownPrior)
+	}
+	p := propose1(t, k, engine.ProposeRequest{ID: 1, Generated: draft[:1], Known: known, Budget: 3})
+	gen := append([]int32(nil), draft[:len(p.Tokens)+2]...) // all confirmed plus the bonus
+	propose1(t, k, engine.ProposeRequest{ID: 1, Generated: gen, Known: known, Budget: 3})
+	if v := k.Confidence(1, 1); v < 0.9 {
+		t.Fatalf("aligned, all confirmed: %v, want >= 0.9", v)
+	}
+	if v := k.Confidence(1, 9); v != 0 {
+		t.Fatalf("past the draft's end: %v, want 0", v)
+	}
+	// unrelated output from the start: never aligned, no opinion.
+	propose1(t, k, engine.ProposeRequest{ID: 2, Generated: []int32{90, 91}, Known: known})
+	if v := k.Confidence(2, 1); v != -1 {
+		t.Fatalf("lost cursor: %v, want -1", v)
+	}
+	s, _ := NewSuffix(SuffixConfig{NoAnswers: true})
+	prompt := []int32{1, 2, 3, 4, 5, 6, 7, 8, 9}
+	propose1(t, s, engine.ProposeRequest{ID: 3, Prompt: prompt, Generated: []int32{2, 3}})
+	if v := s.Confidence(3, 1); v != -1 {
+		t.Fatalf("suffix without a record: %v", v)
+	}
+	propose1(t, s, engine.ProposeRequest{ID: 3, Prompt: prompt, Generated: []int32{2, 3, 4, 5, 6}})
+	if v := s.Confidence(3, 1); !(v > 0.6) {
+		t.Fatalf("suffix matching with confirmed tokens: %v, want > 0.6", v)
+	}
+	propose1(t, s, engine.ProposeRequest{ID: 3, Prompt: prompt, Generated: []int32{2, 3, 4, 5, 6, 50, 51}})
+	if v := s.Confidence(3, 1); v != -1 {
+		t.Fatalf("suffix without a match now: %v, want -1", v)
+	}
+}
