@@ -833,7 +833,7 @@ func (e *Engine) step(ready []*request, active int) []*request {
 			it := BatchItem{Seq: r.seq, Tokens: ctxToks[r.prefilled:end]}
 			if end == len(ctxToks) && !r.recompute {
 				it.LogitsRows = []int32{int32(end - r.prefilled - 1)}
-				it.WantHidden = r.spec != nil && r.spec.needHidden
+				it.WantHidden = r.spec != nil && r.spec.wantsHidden()
 				if !it.WantHidden {
 					it.Sample = e.rowSample(r) // the first token never has a draft
 				}
@@ -863,7 +863,7 @@ func (e *Engine) step(ready []*request, active int) []*request {
 		if r.spec != nil {
 			decoding = append(decoding, r)
 		}
-		it := BatchItem{Seq: r.seq, Tokens: []int32{r.generated[len(r.generated)-1]}, WantHidden: r.spec != nil && r.spec.needHidden}
+		it := BatchItem{Seq: r.seq, Tokens: []int32{r.generated[len(r.generated)-1]}, WantHidden: r.spec != nil && r.spec.wantsHidden()}
 		if r.spec == nil {
 			it.Sample = e.rowSample(r)
 		}
@@ -949,8 +949,8 @@ func (e *Engine) step(ready []*request, active int) []*request {
 			e.verify(r, p.tree, it)
 			continue
 		}
-		if r.spec != nil && it.WantHidden {
-			r.spec.hidden = append(r.spec.hidden[:0], it.Hidden...)
+		if r.spec != nil {
+			r.spec.hidden = append(r.spec.hidden[:0], it.Hidden...) // empty when not fetched
 		}
 		if !e.sampledOnDevice(r, it) {
 			e.sampleInto(r, it.Logits)
@@ -1019,9 +1019,10 @@ func (e *Engine) verify(r *request, t *Proposal, it BatchItem) {
 	for _, k := range keep {
 		rows = append(rows, it.Logits[k*V:(k+1)*V]...)
 	}
+	sp.hidden = sp.hidden[:0]
 	if it.WantHidden {
 		last := keep[len(keep)-1]
-		sp.hidden = append(sp.hidden[:0], it.Hidden[last*H:(last+1)*H]...)
+		sp.hidden = append(sp.hidden, it.Hidden[last*H:(last+1)*H]...)
 	}
 	// never more than the request may still take (the consumer stops at maxNew).
 	r.generated = append(r.generated, toks...)

@@ -19,6 +19,10 @@ type specState struct {
 	stats []SourceStats // per proposer, for ProposeRequest feedback
 	// glob[k] is proposer k's engine-wide state (acceptance prior, probing).
 	glob []*propState
+	// skipHidden: the next step need not fetch the hidden row (no hidden
+	// proposer was granted drafts in this step and none is due a probe), so
+	// its token can be sampled without the logits row on the host.
+	skipHidden bool
 	// from[i] has bit k set when proposer k proposed node i of this step's tree.
 	from []uint64
 	id   RequestID // the request's id, for Confident proposers
@@ -70,6 +74,10 @@ func (e *Engine) newSpecState(props []Proposer, typ *TypicalAcceptance) *specSta
 	}
 	return sp
 }
+
+// wantsHidden reports whether the next step should fetch the request's
+// hidden row for its proposers.
+func (sp *specState) wantsHidden() bool { return sp.needHidden && !sp.skipHidden }
 
 // accAt is proposer k's estimated conditional acceptance at depth d (1-based).
 func (sp *specState) accAt(k, d int) float64 {
@@ -377,6 +385,24 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 		g := c.r.spec.glob[c.k]
 		paid[g] = paid[g] || c.paid || (e.opts.FixedDraft && c.n > 0)
 		probed[g] = probed[g] || (c.probe && c.n > 0)
+	}
+	// hidden rows for the next step only where a hidden proposer may draft then
+	for _, c := range cands {
+		sp := c.r.spec
+		if !sp.needHidden {
+			continue
+		}
+		sp.skipHidden = true
+	}
+	for _, c := range cands {
+		sp := c.r.spec
+		if _, ok := sp.props[c.k].(HiddenNeeder); !ok || !sp.needHidden {
+			continue
+		}
+		g := sp.glob[c.k]
+		if c.n > 0 || e.opts.FixedDraft || g.idle+2 >= g.probeEvery {
+			sp.skipHidden = false
+		}
 	}
 	for g := range paid {
 		switch {

@@ -26,6 +26,10 @@ func batchCfg() engine.Config {
 type batchSeq struct {
 	n     int
 	slots []int32 // all slots it will use, first n filled
+	// rounded: some of its cached K/V came from a cuBLAS forward (fp16
+	// activations), so even a GEMV step over it differs from the CPU by
+	// that rounding.
+	rounded bool
 }
 
 // TestBatchShapes replays the batch shapes a server produces under
@@ -80,12 +84,13 @@ func TestBatchShapes(t *testing.T) {
 		}
 		fwd(t, cpu, V, reqs...)
 		fwd(t, gpu, V, gr...)
-		// GEMV batches (<= 8 tokens) keep fp32 activations; cuBLAS rounds them to fp16.
-		tol := 1e-4
-		if T > 8 {
-			tol = 5e-3
-		}
+		// GEMV batches (<= 8 tokens) keep fp32 activations; cuBLAS rounds
+		// them to fp16, in this forward's logits and in the K/V it caches.
 		for i := range reqs {
+			tol := 1e-4
+			if T > 8 || seqs[i].rounded {
+				tol = 5e-3
+			}
 			if e := rel(gr[i].Logits, reqs[i].Logits); e > tol || e != e {
 				t.Fatalf("%s (T=%d): request %d of %d (%d tokens at context %d): logits rel err %.3g > %g",
 					what, T, i, len(reqs), len(reqs[i].Tokens), len(reqs[i].CachedSlots), e, tol)
@@ -93,6 +98,7 @@ func TestBatchShapes(t *testing.T) {
 		}
 		for i, s := range seqs {
 			s.n += len(reqs[i].Tokens)
+			s.rounded = s.rounded || T > 8
 		}
 	}
 	// 64 sequences with prompts of 1..16 tokens, prefilled 16 at a time.
