@@ -71,27 +71,38 @@ var ErrNearMissBand = errors.New("cache: near-miss band must be in (0, 1]")
 //
 // It is separate from Get so that Get stays the hot path of hits; callers
 // ask for a near miss only when they are about to generate.
-func (c *Cache) NearMiss(ctx context.Context, req *Request, band float32, models []string) (nm NearMiss, ok bool, err error) {
+func (c *Cache) NearMiss(ctx context.Context, req *Request, band float32, models []string) (NearMiss, bool, error) {
+	nms, err := c.NearMisses(ctx, req, band, models, 1)
+	if err != nil || len(nms) == 0 {
+		return NearMiss{}, false, err
+	}
+	return nms[0], true, nil
+}
+
+// NearMisses is NearMiss's k best answers, best first (at most one per
+// stored entry).
+func (c *Cache) NearMisses(ctx context.Context, req *Request, band float32, models []string, k int) ([]NearMiss, error) {
 	if !(band > 0 && band <= 1) {
-		return nm, false, fmt.Errorf("%w: %v", ErrNearMissBand, band)
+		return nil, fmt.Errorf("%w: %v", ErrNearMissBand, band)
 	}
 	p := c.prepare(req)
-	if p.bypass != "" || c.cfg.DisableSemantic {
-		return nm, false, nil
+	if p.bypass != "" || c.cfg.DisableSemantic || k <= 0 {
+		return nil, nil
 	}
 	vs, err := c.emb.Embed(ctx, []string{p.norm})
 	if err != nil || len(vs) != 1 {
-		return nm, false, fmt.Errorf("cache: near miss: embed %s: %w", c.emb.Name(), errOr(err, len(vs)))
+		return nil, fmt.Errorf("cache: near miss: embed %s: %w", c.emb.Name(), errOr(err, len(vs)))
 	}
 	v := vs[0]
+	var out []NearMiss
 	nss := append([]string{p.ns}, c.tenantNamespaces(req.Tenant, append([]string{req.Model}, models...), p.ns, maxNearMissNamespaces)...)
 	for _, ns := range nss {
-		ms, err := c.index.Search(ctx, ns, v, c.cfg.TopK)
+		ms, err := c.index.Search(ctx, ns, v, max(c.cfg.TopK, k))
 		if err != nil {
-			return nm, false, fmt.Errorf("cache: near miss: vector search: %w", err)
+			return nil, fmt.Errorf("cache: near miss: vector search: %w", err)
 		}
 		for _, m := range ms {
-			if m.Score < band || (ok && m.Score <= nm.Similarity) {
+			if m.Score < band || (len(out) == k && m.Score <= out[k-1].Similarity) {
 				break
 			}
 			e, err := c.store.Get(ctx, ns, m.ID)
@@ -99,7 +110,7 @@ func (c *Cache) NearMiss(ctx context.Context, req *Request, band float32, models
 				continue
 			}
 			if err != nil {
-				return nm, false, fmt.Errorf("cache: near miss: fetch: %w", err)
+				return nil, fmt.Errorf("cache: near miss: fetch: %w", err)
 			}
 			reason := "threshold"
 			if ns == p.ns && m.Score >= p.cfg.Threshold {
@@ -117,10 +128,12 @@ func (c *Cache) NearMiss(ctx context.Context, req *Request, band float32, models
 					reason = "model"
 				}
 			}
-			nm = NearMiss{Namespace: ns, ID: e.ID, Key: e.Key, Similarity: m.Score, Reason: reason, Response: e.Response}
-			ok = true
-			break
+			out = append(out, NearMiss{Namespace: ns, ID: e.ID, Key: e.Key, Similarity: m.Score, Reason: reason, Response: e.Response})
+			sort.SliceStable(out, func(a, b int) bool { return out[a].Similarity > out[b].Similarity })
+			if len(out) > k {
+				out = out[:k]
+			}
 		}
 	}
-	return nm, ok, nil
+	return out, nil
 }

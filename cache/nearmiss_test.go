@@ -89,6 +89,16 @@ func TestNearMiss(t *testing.T) {
 	if _, ok, _ := f.c.NearMiss(ctx, user("u", "What is a goroutine leak?"), 0.1, []string{"llama", "gpt-4o-mini"}); ok {
 		t.Fatal("near miss across tenants (other params)")
 	}
+	// the k best, best first, one per entry.
+	for i, q := range []string{"How do I sort a slice of strings in Go?", "How do I sort a slice of ints in Go?", "How do I sort a map by value in Go?"} {
+		if err := f.c.Put(ctx, user("t", q), []byte{'S', byte('0' + i)}, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nms, err := f.c.NearMisses(ctx, user("t", "In Go, what does the sort package offer for strings, integers and maps?"), 0.2, nil, 2)
+	if err != nil || len(nms) != 2 || nms[0].Similarity < nms[1].Similarity || nms[0].ID == nms[1].ID {
+		t.Fatalf("NearMisses k=2: %+v %v", nms, err)
+	}
 	// bypassed requests and bad bands.
 	if _, ok, _ := f.c.NearMiss(ctx, &cache.Request{Tenant: "t", Model: "llama"}, 0.35, nil); ok {
 		t.Fatal("empty key")
