@@ -216,7 +216,7 @@ func (s *Server) chatJob(m *LocalModel, r *ChatCompletionRequest) (*job, *APIErr
 	if aerr != nil {
 		return nil, aerr
 	}
-	prompt, err := renderPrompt(m.Tokenizer, msgs)
+	prompt, err := s.prompts.render(m, msgs)
 	if err != nil {
 		return nil, errInvalid("messages", "invalid_value", "Could not apply the chat template of model '%s': %v", m.Name, err)
 	}

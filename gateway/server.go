@@ -114,6 +114,7 @@ type Server struct {
 	abort      context.CancelFunc
 	inflight   sync.WaitGroup
 	flights    streamFlights
+	prompts    promptMemo // chat prompt tokens of recent requests (promptmemo.go)
 
 	respOnce  sync.Once
 	respStore *responseStore // stored /v1/responses answers (responses.go)
