@@ -254,6 +254,7 @@ type specCand struct {
 	run    float64 // P(all granted depths accepted) = Π acc
 	probe  bool
 	paid   bool // the budget granted nodes beyond the probe: speculation pays
+	due    bool // a probe was due but could not pay at the measured costs
 	propID int  // index into the step's distinct proposers
 }
 
@@ -300,7 +301,10 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 			if maxDepth > 0 {
 				g := sp.glob[k]
 				c := &specCand{r: r, k: k, cap: maxDepth, run: 1, propID: id}
-				c.probe = g.idle >= g.probeEvery && e.mayPay(c, baseT, emit)
+				if g.idle >= g.probeEvery {
+					c.probe = e.mayPay(c, baseT, emit)
+					c.due = !c.probe // due, but could not pay: counts as a probe that did not pay
+				}
 				cands = append(cands, c)
 			}
 		}
@@ -384,7 +388,7 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 	for _, c := range cands {
 		g := c.r.spec.glob[c.k]
 		paid[g] = paid[g] || c.paid || (e.opts.FixedDraft && c.n > 0)
-		probed[g] = probed[g] || (c.probe && c.n > 0)
+		probed[g] = probed[g] || (c.probe && c.n > 0) || c.due
 	}
 	// hidden rows for the next step only where a hidden proposer may draft then
 	for _, c := range cands {
