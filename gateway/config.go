@@ -277,6 +277,21 @@ func (c *Config) applyDefaults() {
 	if cc.Store == "" {
 		cc.Store = "sqlite"
 	}
+	// The same defaults as redisstore.GuardOptions, spelled out so that
+	// `specgate config default` shows them.
+	r := &cc.Redis
+	if r.ReadTimeout == 0 {
+		r.ReadTimeout = 50 * time.Millisecond
+	}
+	if r.WriteTimeout == 0 {
+		r.WriteTimeout = 250 * time.Millisecond
+	}
+	if r.BreakerFailures == 0 {
+		r.BreakerFailures = 3
+	}
+	if r.BreakerCooldown == 0 {
+		r.BreakerCooldown = time.Second
+	}
 	if cc.Index == "" {
 		cc.Index = "hnsw"
 	}
