@@ -793,8 +793,17 @@ const MaxDecodeSteps = 64
 // step through the backend's GreedyStepper (Options.DecodeSteps; 0 when
 // the backend has none); <= 1: one plain step.
 func (e *Engine) greedySteps(r *request, ready, active int) int {
-	if e.opts.DecodeSteps <= 1 || ready != 1 || active != 1 || r.recompute || r.spec != nil {
+	if e.opts.DecodeSteps <= 1 || ready != 1 || active != 1 || r.recompute {
 		return 0
+	}
+	k := e.opts.DecodeSteps
+	if r.spec != nil {
+		// a speculative request whose drafts do not pay decodes like a plain
+		// one until its proposers' next probe is due.
+		if k = r.spec.dormantSteps(e.opts.FixedDraft); k <= 1 {
+			return 0
+		}
+		k = min(k, e.opts.DecodeSteps)
 	}
 	sp := r.sampler
 	if sp.Temperature > 0 || sp.PresencePenalty != 0 || sp.FrequencyPenalty != 0 || sp.Logprobs > 0 || !r.req.Sampling.SkipLogprobs {
@@ -803,7 +812,7 @@ func (e *Engine) greedySteps(r *request, ready, active int) int {
 	if _, ok := e.m.backend.(GreedyStepper); !ok {
 		return 0
 	}
-	return min(e.opts.DecodeSteps, r.maxNew-len(r.generated))
+	return min(k, r.maxNew-len(r.generated))
 }
 
 // stepItem is one request's part of a step's forward.
@@ -850,6 +859,9 @@ func (e *Engine) step(ready []*request, active int) []*request {
 			case err == nil:
 				r.generated = append(r.generated, toks...)
 				e.generated.Add(int64(len(toks)))
+				if r.spec != nil {
+					r.spec.skipped(len(toks))
+				}
 				r.out <- stepOut{toks: toks}
 				served = append(served, r)
 				continue

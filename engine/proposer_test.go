@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -366,4 +367,59 @@ func TestPreemptionNoLivelock(t *testing.T) {
 	if _, _, err := collect(e, ctx, GenerateRequest{Prompt: big, MaxTokens: 1}); err == nil || !errors.Is(err, ErrKVExhausted) {
 		t.Fatalf("prompt larger than the pool: %v, want ErrKVExhausted", err)
 	}
+}
+
+// neverPays drafts a token that the target never chooses, so the adaptive
+// budget stops granting it drafts.
+type neverPays struct{ calls atomic.Int32 }
+
+func (p *neverPays) Propose(_ context.Context, reqs []ProposeRequest) ([]Proposal, error) {
+	p.calls.Add(1)
+	out := make([]Proposal, len(reqs))
+	for i, r := range reqs {
+		for d := range min(r.Budget, r.MaxDepth) {
+			out[i].Tokens = append(out[i].Tokens, 0)
+			out[i].Parents = append(out[i].Parents, int32(d)-1)
+		}
+		out[i].Source = "never"
+	}
+	return out, nil
+}
+func (p *neverPays) Release(RequestID) {}
+
+// TestDormantSpeculationUsesMultiStep: a lone greedy request whose drafts
+// the adaptive budget has stopped granting decodes through the backend's
+// multi-step path (Options.DecodeSteps) until a probe is due, with plain
+// decoding's output.
+func TestDormantSpeculationUsesMultiStep(t *testing.T) {
+	cfg := genConfig()
+	m := NewRandomModel(cfg, 61, LoadOptions{KVTokens: 4096, BlockSize: 4, Threads: 2, DisablePrefixCache: true})
+	prompt := []int32{5, 7, 9, 11}
+	want := manualGreedy(t, m, prompt, 120)
+	if slices.Contains(want, 0) {
+		t.Skip("the target chooses token 0: the never-paying draft would be accepted")
+	}
+	p := &neverPays{}
+	e := New(m, Options{Proposers: []Proposer{p}, DecodeSteps: 8})
+	defer e.Close()
+	var chunks []int
+	got := []int32{}
+	_, err := e.Generate(context.Background(), GenerateRequest{Prompt: prompt, MaxTokens: 120, Sampling: SamplingParams{SkipLogprobs: true}},
+		func(c Chunk) error { got = append(got, c.Tokens...); chunks = append(chunks, len(c.Tokens)); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("output differs from plain decoding")
+	}
+	multi := 0
+	for _, n := range chunks {
+		if n > 1 {
+			multi++
+		}
+	}
+	if multi == 0 {
+		t.Fatalf("no multi-step chunk once drafting stopped paying: chunks %v, %d Propose calls", chunks, p.calls.Load())
+	}
+	t.Logf("chunks %v; %d Propose calls", chunks, p.calls.Load())
 }

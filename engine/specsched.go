@@ -23,6 +23,9 @@ type specState struct {
 	// proposer was granted drafts in this step and none is due a probe), so
 	// its token can be sampled without the logits row on the host.
 	skipHidden bool
+	// declined: in the request's last step the budget granted its
+	// proposers nothing (false before its first decode step).
+	declined bool
 	// from[i] has bit k set when proposer k proposed node i of this step's tree.
 	from []uint64
 	id   RequestID // the request's id, for Confident proposers
@@ -73,6 +76,30 @@ func (e *Engine) newSpecState(props []Proposer, typ *TypicalAcceptance) *specSta
 		sp.glob[k] = e.propStateOf(p)
 	}
 	return sp
+}
+
+// dormantSteps is how many steps the request may decode without asking
+// its proposers (multi-step greedy decoding): none until the budget has
+// declined to draft for it, while any of them was granted drafts in its
+// last step, or in fixed mode; else until the first of their probes is due. Hidden-state proposers keep it at 0 (their row
+// would be stale).
+func (sp *specState) dormantSteps(fixed bool) int {
+	if fixed || sp.needHidden || !sp.declined {
+		return 0
+	}
+	k := maxProbeEvery
+	for _, g := range sp.glob {
+		k = min(k, g.probeEvery-g.idle)
+	}
+	return k
+}
+
+// skipped accounts n steps decoded without asking the proposers (their
+// probe clocks advance as if asked and not granted).
+func (sp *specState) skipped(n int) {
+	for _, g := range sp.glob {
+		g.idle += n
+	}
 }
 
 // wantsHidden reports whether the next step should fetch the request's
@@ -406,6 +433,14 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 		g := sp.glob[c.k]
 		if c.n > 0 || e.opts.FixedDraft || g.idle+2 >= g.probeEvery {
 			sp.skipHidden = false
+		}
+	}
+	for _, c := range cands {
+		c.r.spec.declined = true
+	}
+	for _, c := range cands {
+		if c.n > 0 {
+			c.r.spec.declined = false
 		}
 	}
 	for g := range paid {
