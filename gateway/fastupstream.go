@@ -50,12 +50,16 @@ type fastTransport struct {
 
 func newFastTransport(maxBody int) *fastTransport {
 	return &fastTransport{c: &fasthttp.Client{
-		Name:                          "specgate",
-		NoDefaultUserAgentHeader:      true,
-		MaxConnsPerHost:               1024,
-		MaxIdemponentCallAttempts:     1, // upstream.do owns retries
-		RetryIf:                       func(*fasthttp.Request) bool { return false },
-		MaxIdleConnDuration:           90 * time.Second,
+		Name:                      "specgate",
+		NoDefaultUserAgentHeader:  true,
+		MaxConnsPerHost:           1024,
+		MaxIdemponentCallAttempts: 1, // upstream.do owns retries
+		RetryIf:                   func(*fasthttp.Request) bool { return false },
+		// Idle connections are closed after 4 s, below common server
+		// keep-alive timeouts (Node 5 s, nginx 75 s): net/http silently
+		// retries a request whose reused connection the server had closed,
+		// fasthttp (retries off, upstream.do owns them) would fail it.
+		MaxIdleConnDuration:           4 * time.Second,
 		MaxResponseBodySize:           maxBody,
 		DisableHeaderNamesNormalizing: false,
 		DisablePathNormalizing:        true,
