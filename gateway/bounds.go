@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -35,4 +36,13 @@ func logString(s string) string {
 		cut--
 	}
 	return strings.ToValidUTF8(s[:cut], "?") + "…(" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// cacheSkipped reports a cache error that says the cache is skipped on
+// purpose (a Redis circuit breaker is open: the error has a
+// CacheUnavailable() bool method). The breaker logs that once; logging it
+// for every request would only repeat it.
+func cacheSkipped(err error) bool {
+	var u interface{ CacheUnavailable() bool }
+	return errors.As(err, &u) && u.CacheUnavailable()
 }

@@ -287,7 +287,9 @@ func (s *Server) runLocal(c *fiber.Ctx, j *job, creq *cache.Request) error {
 	if creq != nil {
 		l, err := s.cache.Get(ctx, creq)
 		if err != nil {
-			rs.logger().Warn("cache lookup failed", "err", err)
+			if !cacheSkipped(err) {
+				rs.logger().Warn("cache lookup failed", "err", err)
+			}
 		}
 		setCacheHeaders(c, l)
 		if l.Hit {
@@ -369,7 +371,9 @@ func (s *Server) runLocal(c *fiber.Ctx, j *job, creq *cache.Request) error {
 		body, _ := j.render(rs.id, rs.created, genOutcome{acc: st.acc, results: st.results})
 		flight.finish(body, true)
 		if err := s.cache.Put(context.Background(), creq, body, float64(usage.CompletionTokens)); err != nil {
-			rs.logger().Warn("cache store failed", "err", err)
+			if !cacheSkipped(err) {
+				rs.logger().Warn("cache store failed", "err", err)
+			}
 		}
 	})
 	return nil

@@ -19,8 +19,24 @@ import (
 // at all (fails open: the cache reports a miss and skips its writes) until a
 // probe call succeeds again.
 
-// ErrOpen is returned without calling Redis while the breaker is open.
-var ErrOpen = errors.New("redisstore: circuit open, redis unavailable")
+// ErrOpen is returned without calling Redis while the breaker is open. It
+// has a method CacheUnavailable() bool (true), so that callers that log
+// cache errors can tell it apart without importing this package: the
+// breaker logs its own opening and closing once, where a per-request line
+// would repeat it for every request.
+var ErrOpen error = openError{}
+
+type openError struct{}
+
+func (openError) Error() string          { return "redisstore: circuit open, redis unavailable" }
+func (openError) CacheUnavailable() bool { return true }
+
+// IsUnavailable reports whether err says the cache is skipped on purpose
+// (an open breaker): an error that has CacheUnavailable() bool returning true.
+func IsUnavailable(err error) bool {
+	var u interface{ CacheUnavailable() bool }
+	return errors.As(err, &u) && u.CacheUnavailable()
+}
 
 // Default guard settings.
 const (

@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -64,7 +65,8 @@ func TestBuildCacheHungRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, _, closeAll, err := buildCache(cfg, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var logs lockedBuffer
+	c, _, closeAll, err := buildCache(cfg, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,10 +82,14 @@ func TestBuildCacheHungRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	var worst time.Duration
+	gen := func(context.Context) ([]byte, float64, error) { return []byte(`{"a":1}`), 1, nil }
 	for i := 1; i <= 20; i++ {
 		start := time.Now()
-		l, _ := c.Get(ctx, req(i))
+		l, _, err := c.Do(ctx, req(i), gen)
 		took := time.Since(start)
+		if err != nil {
+			t.Fatalf("request %d: %v (a hung cache must not fail the request)", i, err)
+		}
 		worst = max(worst, took)
 		if l.Hit {
 			t.Fatalf("lookup %d hit on a hung redis", i)
@@ -95,6 +101,16 @@ func TestBuildCacheHungRedis(t *testing.T) {
 		}
 	}
 	t.Logf("20 lookups on a hung redis: slowest %v", worst)
+	// The breaker's opening is logged once; requests served while it is
+	// open add no line each (before: two warnings per request).
+	lines := strings.Count(logs.String(), "\n")
+	t.Logf("log during the stall: %d lines\n%s", lines, logs.String())
+	if n := strings.Count(logs.String(), "circuit breaker open"); n != 1 {
+		t.Errorf("breaker opening logged %d times, want 1", n)
+	}
+	if lines > 10 {
+		t.Errorf("%d log lines for 20 requests on a hung redis; want the first timeouts and the breaker's line only", lines)
+	}
 	if err := srv.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -110,4 +126,21 @@ func TestBuildCacheHungRedis(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

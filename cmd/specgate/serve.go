@@ -331,7 +331,14 @@ func buildCache(cfg *gateway.Config, reg prometheus.Registerer, log *slog.Logger
 		index = ix
 	}
 	c, err := cache.New(cc.Pipeline, store, index, emb, cache.WithRegisterer(reg),
-		cache.WithLogger(func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) }))
+		cache.WithLogger(func(format string, args ...any) {
+			for _, a := range args {
+				if err, ok := a.(error); ok && redisstore.IsUnavailable(err) {
+					return // the breaker logged its opening once
+				}
+			}
+			log.Warn(fmt.Sprintf(format, args...))
+		}))
 	if err != nil {
 		return fail(err)
 	}
