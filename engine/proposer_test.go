@@ -405,7 +405,11 @@ func TestDormantSpeculationUsesMultiStep(t *testing.T) {
 	var chunks []int
 	got := []int32{}
 	_, err := e.Generate(context.Background(), GenerateRequest{Prompt: prompt, MaxTokens: 120, Sampling: SamplingParams{SkipLogprobs: true}},
-		func(c Chunk) error { got = append(got, c.Tokens...); chunks = append(chunks, len(c.Tokens)); return nil })
+		func(c Chunk) error {
+			got = append(got, c.Tokens...)
+			chunks = append(chunks, len(c.Tokens))
+			return nil
+		})
 	if err != nil {
 		t.Fatal(err)
 	}
