@@ -148,7 +148,7 @@ func BenchmarkThreadPolicy(b *testing.B) {
 			name    string
 			threads int
 			min     int
-		}{{"threads=1", 1, saved}, {"threads=2,min=2^15", 2, 1 << 15}, {"threads=2,min=2^20", 2, 1 << 20}, {"threads=2,min=2^22", 2, 1 << 22}} {
+		}{{"threads=1", 1, saved}, {"threads=2,min=2^15", 2, 1 << 15}, {"threads=2,min=2^20", 2, 1 << 20}, {"threads=2,min=2^22", 2, 1 << 22}, {"threads=2,min=2^25", 2, 1 << 25}} {
 			for _, n := range []int{1, 8} {
 				b.Run(fmt.Sprintf("%s/%s/n=%d", dir[len("../models/"):], set.name, n), func(b *testing.B) {
 					minParallelMACs = set.min

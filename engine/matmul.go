@@ -255,13 +255,15 @@ func matmulThreads(threads, T, N, in int) int {
 }
 
 // minParallelMACs: matmul passes (and attention) smaller than this many
-// multiply-adds run on one thread. 2^22 keeps batch-1 decoding of the
-// shipped models on one thread (their largest pass, the target's LM head,
-// is 3.1M) and spreads verification forwards of 8 tokens (LM head 25M,
-// gate/up 6.3M) and prefill: BenchmarkThreadPolicy measured a fan-out of
-// the smaller passes costing 10-40% more CPU time than one thread, with no
-// wall-time gain on this shared 2-core machine (docs/engine.md).
-var minParallelMACs = 1 << 22
+// multiply-adds run on one thread (about 0.3 ms of one core's FMA work).
+// 2^25 keeps batch-1 decoding and verification forwards of up to 8 tokens
+// of the shipped models on one thread (their largest pass, the target's
+// LM head at 8 tokens, is 25M) and spreads prefill: on this shared 2-core
+// machine a fan-out of the smaller passes cost 10-40% more CPU time
+// (BenchmarkThreadPolicy) and made the target's 8-token forward slower
+// (bench engine, 3 runs: 2.35 / 2.46 / 1.90 ms with the big passes on two
+// threads vs 1.87 / 1.88 / 1.73 ms on one; docs/engine.md).
+var minParallelMACs = 1 << 25
 
 // gemmFn is one packed kernel (dot_gen.go).
 type gemmFn = func(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
