@@ -200,31 +200,12 @@ func TestOneForwardPerStep(t *testing.T) {
 			}
 			calls0, steps0, spec0 := cb.calls.Load(), e.Stats().Steps, e.Stats().SpecSteps
 			p.calls.Store(0)
-			var wg sync.WaitGroup
 			total := n + 2 // two plain requests beside the speculative ones
-			outs := make([][]int32, total)
-			errs := make([]error, total)
-			var barrier sync.WaitGroup
-			barrier.Add(total)
-			for i := range total {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					prompt := []int32{int32(3 + i), int32(5 + 2*i), 7}
-					first := true
-					_, errs[i] = e.Generate(context.Background(), GenerateRequest{Prompt: prompt, MaxTokens: 24, NoSpeculation: i >= n},
-						func(c Chunk) error {
-							outs[i] = append(outs[i], c.Tokens...)
-							if first {
-								first = false
-								barrier.Done()
-								barrier.Wait()
-							}
-							return nil
-						})
-				}()
+			reqs := make([]GenerateRequest, total)
+			for i := range reqs {
+				reqs[i] = GenerateRequest{Prompt: []int32{int32(3 + i), int32(5 + 2*i), 7}, MaxTokens: 24, NoSpeculation: i >= n}
 			}
-			wg.Wait()
+			outs, errs := generateTogether(context.Background(), e, reqs)
 			calls, steps, specSteps := cb.calls.Load()-calls0, e.Stats().Steps-steps0, e.Stats().SpecSteps-spec0
 			for i := range total {
 				if errs[i] != nil {
@@ -318,33 +299,15 @@ func TestPreemptionNoLivelock(t *testing.T) {
 	e := New(m, Options{})
 	defer e.Close()
 	const n, maxTok = 7, 100
-	outs := make([][]int32, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// all requests hold KV at once (a barrier at the first token), so their
 	// growth overflows the pool whatever the machine's scheduling.
-	var barrier sync.WaitGroup
-	barrier.Add(n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			first := true
-			_, errs[i] = e.Generate(ctx, GenerateRequest{Prompt: []int32{int32(1 + i), 4, 9, 16}, MaxTokens: maxTok},
-				func(c Chunk) error {
-					outs[i] = append(outs[i], c.Tokens...)
-					if first {
-						first = false
-						barrier.Done()
-						barrier.Wait()
-					}
-					return nil
-				})
-		}()
+	reqs := make([]GenerateRequest, n)
+	for i := range reqs {
+		reqs[i] = GenerateRequest{Prompt: []int32{int32(1 + i), 4, 9, 16}, MaxTokens: maxTok}
 	}
-	wg.Wait()
+	outs, errs := generateTogether(ctx, e, reqs)
 	for i := range n {
 		if errs[i] != nil {
 			t.Fatalf("request %d: %v", i, errs[i])
@@ -426,4 +389,36 @@ func TestDormantSpeculationUsesMultiStep(t *testing.T) {
 		t.Fatalf("no multi-step chunk once drafting stopped paying: chunks %v, %d Propose calls", chunks, p.calls.Load())
 	}
 	t.Logf("chunks %v; %d Propose calls", chunks, p.calls.Load())
+}
+
+// generateTogether runs reqs concurrently on e and holds every request at
+// its first token until all have one (so that they share the engine's
+// steps from then on, whatever the machine's scheduling). It returns each
+// request's tokens and error.
+func generateTogether(ctx context.Context, e *Engine, reqs []GenerateRequest) ([][]int32, []error) {
+	outs := make([][]int32, len(reqs))
+	errs := make([]error, len(reqs))
+	var wg, barrier sync.WaitGroup
+	barrier.Add(len(reqs))
+	for i, req := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			first := true
+			_, errs[i] = e.Generate(ctx, req, func(c Chunk) error {
+				outs[i] = append(outs[i], c.Tokens...)
+				if first {
+					first = false
+					barrier.Done()
+					barrier.Wait()
+				}
+				return nil
+			})
+			if first { // failed before its first token: release the others
+				barrier.Done()
+			}
+		}()
+	}
+	wg.Wait()
+	return outs, errs
 }

@@ -212,7 +212,7 @@ func TestLosslessSamplingDrafts(t *testing.T) {
 		{"suffix+prompt", func(r *engine.GenerateRequest) { WithProposers(r, []engine.Proposer{suffix}, "a", nil) }, false, 100000},
 	}
 	// exact: the first token after prompt (p1) and the third (p3), by enumeration.
-	p0, _ := exactDists(t, target, prompt[:len(prompt)-1], prompt[len(prompt)-1], params, false)
+	p0 := tokenDist(t, target, prompt, params, 1)
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			n := c.n
@@ -220,7 +220,7 @@ func TestLosslessSamplingDrafts(t *testing.T) {
 				n /= 10
 			}
 			c1, c3, tau := draftSamples(t, e, c.mk, prompt, params, n, uint64(300+i))
-			p3 := thirdDist(t, target, prompt, params)
+			p3 := tokenDist(t, target, prompt, params, 3)
 			s1, df1, pv1 := stattest.ChiSquare(c1, p0)
 			s3, df3, pv3 := stattest.ChiSquare(c3, p3)
 			t.Logf("%d samples, accepted/step %.2f: first token chi2 %.1f df %d p %.4f; third token chi2 %.1f df %d p %.4f",
@@ -242,44 +242,6 @@ func TestLosslessSamplingDrafts(t *testing.T) {
 	if len(known.reqs) != 0 || len(suffix.reqs) != 0 {
 		t.Fatalf("proposers kept released requests: %d, %d", len(known.reqs), len(suffix.reqs))
 	}
-}
-
-// thirdDist is the exact distribution of the third token generated after
-// prompt (marginalized over the first two by enumeration).
-func thirdDist(t *testing.T, m *engine.Model, prompt []int32, sp engine.SamplingParams) []float64 {
-	t.Helper()
-	V := m.Config.VocabSize
-	next := func(gen []int32) []float64 {
-		s := m.NewSequence()
-		defer s.Free()
-		toks := append(append([]int32(nil), prompt...), gen...)
-		lg, err := s.Forward(toks, nil, []int32{int32(len(toks) - 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := make([]float64, V)
-		for i, v := range engine.Probs(lg, sp, gen) {
-			out[i] = float64(v)
-		}
-		return out
-	}
-	p1 := next(nil)
-	p3 := make([]float64, V)
-	for a := range V {
-		if p1[a] == 0 {
-			continue
-		}
-		p2 := next([]int32{int32(a)})
-		for b := range V {
-			if p2[b] == 0 {
-				continue
-			}
-			for x, v := range next([]int32{int32(a), int32(b)}) {
-				p3[x] += p1[a] * p2[b] * v
-			}
-		}
-	}
-	return p3
 }
 
 // splitmix is SplitMix64's finalizer: well-spread seeds from a counter.
