@@ -7,12 +7,14 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/specgate/specgate/engine/model"
 )
 
 // Sentinel errors. Wrap them with %w and the file/field/tensor in question.
 var (
-	ErrBadConfig      = errors.New("engine: bad model config")
-	ErrBadWeights     = errors.New("engine: bad weights")
+	ErrBadConfig      = model.ErrBadConfig
+	ErrBadWeights     = model.ErrBadWeights
 	ErrContextLength  = errors.New("engine: prompt exceeds the model's context length")
 	ErrKVExhausted    = errors.New("engine: KV cache has no free blocks")
 	ErrBackendMissing = errors.New("engine: backend unavailable")

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+
+	"github.com/specgate/specgate/engine/model"
 )
 
 // CPUBackend is the pure-Go float32 Llama forward. It owns the KV memory:
@@ -237,7 +239,7 @@ func ValidateRequest(cfg Config, numSlots, i int, r *ForwardRequest) error {
 		if r.Slots[j] < 0 || int(r.Slots[j]) >= numSlots {
 			return bad("slot %d = %d out of range [0, %d)", j, r.Slots[j], numSlots)
 		}
-		if r.Positions[j] < 0 || int(r.Positions[j]) >= maxPositions {
+		if r.Positions[j] < 0 || int(r.Positions[j]) >= model.MaxPositionsLimit {
 			return bad("position %d = %d out of range", j, r.Positions[j])
 		}
 		if r.Parents != nil && (r.Parents[j] < -1 || int(r.Parents[j]) >= j) {

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -360,46 +359,6 @@ func RandomWeights(cfg Config, seed uint64) *Weights {
 		w.LMHead = mat(V, H, 2)
 	}
 	return w
-}
-
-// ConfigJSON renders cfg as a HF config.json (LlamaForCausalLM, float32).
-func (c Config) ConfigJSON() ([]byte, error) {
-	m := map[string]any{
-		"architectures":           []string{"LlamaForCausalLM"},
-		"model_type":              "llama",
-		"hidden_size":             c.HiddenSize,
-		"intermediate_size":       c.IntermediateSize,
-		"num_hidden_layers":       c.NumLayers,
-		"num_attention_heads":     c.NumHeads,
-		"num_key_value_heads":     c.NumKVHeads,
-		"head_dim":                c.HeadDim,
-		"rms_norm_eps":            c.RMSNormEps,
-		"rope_theta":              c.RopeTheta,
-		"max_position_embeddings": c.MaxPositions,
-		"tie_word_embeddings":     c.TieWordEmbeddings,
-		"vocab_size":              c.VocabSize,
-		"hidden_act":              "silu",
-		"attention_bias":          false,
-		"mlp_bias":                false,
-		"torch_dtype":             "float32",
-	}
-	switch c.RopeScaling.Type {
-	case RopeLinear:
-		m["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": c.RopeScaling.Factor}
-	case RopeLlama3:
-		r := c.RopeScaling
-		m["rope_scaling"] = map[string]any{"rope_type": "llama3", "factor": r.Factor, "low_freq_factor": r.LowFreqFactor,
-			"high_freq_factor": r.HighFreqFactor, "original_max_position_embeddings": r.OriginalMaxPositions}
-	}
-	if c.BOS >= 0 {
-		m["bos_token_id"] = c.BOS
-	}
-	if len(c.EOS) == 1 {
-		m["eos_token_id"] = c.EOS[0]
-	} else if len(c.EOS) > 1 {
-		m["eos_token_id"] = c.EOS
-	}
-	return json.MarshalIndent(m, "", "  ")
 }
 
 // SaveSafetensors writes config.json and model.safetensors (float32) of m
