@@ -27,7 +27,8 @@ type job struct {
 	ep           endpoint
 	model        *LocalModel
 	prompts      [][]int32
-	echo         []string // per prompt, text to prepend (completions echo)
+	chat         []chatMsg // chat requests: the normalised messages (normalize.go)
+	echo         []string  // per prompt, text to prepend (completions echo)
 	n            int
 	gen          engine.GenerateRequest // template; Prompt and Seed set per choice
 	seed         *int64
@@ -212,7 +213,8 @@ func (s *Server) chatJob(m *LocalModel, r *ChatCompletionRequest) (*job, *APIErr
 		j.topLogprobs = *r.TopLogprobs
 		j.gen.Sampling.Logprobs = j.topLogprobs
 	}
-	msgs, aerr := chatMessages(r.Messages)
+	j.chat = normalizeChat(r.Messages)
+	msgs, aerr := chatMessages(r.Messages, j.chat)
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -231,24 +233,21 @@ func (s *Server) chatJob(m *LocalModel, r *ChatCompletionRequest) (*job, *APIErr
 	return j, nil
 }
 
-// chatMessages validates roles and flattens content parts.
-func chatMessages(in []ChatMessage) ([]tokenizer.Message, *APIError) {
+// chatMessages checks what local models accept (roles, text-only content)
+// and returns the engine's view of the normalised messages (normalize.go).
+func chatMessages(in []ChatMessage, norm []chatMsg) ([]tokenizer.Message, *APIError) {
 	if len(in) == 0 {
 		return nil, errInvalid("messages", "invalid_value", "Invalid 'messages': empty array. Expected an array with minimum length 1.")
 	}
-	out := make([]tokenizer.Message, 0, len(in))
 	for i, m := range in {
-		role := m.Role
-		switch role {
-		case "system", "user", "assistant":
-		case "developer":
-			role = "system"
+		switch m.Role {
+		case "system", "user", "assistant", "developer":
 		case "":
 			return nil, errInvalid(fmt.Sprintf("messages[%d].role", i), "missing_required_parameter", "Missing required parameter: 'messages[%d].role'.", i)
 		case "tool", "function":
-			return nil, errInvalid(fmt.Sprintf("messages[%d].role", i), "unsupported_parameter", "Unsupported value: 'messages[%d].role' '%s' needs tool support, which local models lack.", i, role)
+			return nil, errInvalid(fmt.Sprintf("messages[%d].role", i), "unsupported_parameter", "Unsupported value: 'messages[%d].role' '%s' needs tool support, which local models lack.", i, m.Role)
 		default:
-			return nil, errInvalid(fmt.Sprintf("messages[%d].role", i), "invalid_value", "Invalid value: '%s'. Supported values are: 'system', 'developer', 'user' and 'assistant'.", role)
+			return nil, errInvalid(fmt.Sprintf("messages[%d].role", i), "invalid_value", "Invalid value: '%s'. Supported values are: 'system', 'developer', 'user' and 'assistant'.", m.Role)
 		}
 		if present(m.ToolCalls) {
 			return nil, errInvalid(fmt.Sprintf("messages[%d].tool_calls", i), "unsupported_parameter", "Unsupported parameter: 'messages[%d].tool_calls' needs tool support, which local models lack.", i)
@@ -256,9 +255,7 @@ func chatMessages(in []ChatMessage) ([]tokenizer.Message, *APIError) {
 		if m.Content.absent {
 			return nil, errInvalid(fmt.Sprintf("messages[%d].content", i), "missing_required_parameter", "Missing required parameter: 'messages[%d].content'.", i)
 		}
-		text := m.Content.Text
 		if m.Content.Parts != nil {
-			var parts []string
 			for k, p := range m.Content.Parts {
 				if p.Type != "text" {
 					return nil, errInvalid(fmt.Sprintf("messages[%d].content[%d].type", i, k), "unsupported_parameter", "Unsupported content part type '%s': local models accept text only.", p.Type)
@@ -266,15 +263,12 @@ func chatMessages(in []ChatMessage) ([]tokenizer.Message, *APIError) {
 				if p.Text == nil {
 					return nil, errInvalid(fmt.Sprintf("messages[%d].content[%d].text", i, k), "missing_required_parameter", "Missing required parameter: 'messages[%d].content[%d].text'.", i, k)
 				}
-				parts = append(parts, *p.Text)
 			}
-			text = strings.Join(parts, "\n")
-		} else if m.Content.Null && role != "assistant" {
+		} else if m.Content.Null && norm[i].role != "assistant" {
 			return nil, errInvalid(fmt.Sprintf("messages[%d].content", i), "invalid_type", "Invalid type for 'messages[%d].content': expected a string or an array, but got null.", i)
 		}
-		out = append(out, tokenizer.Message{Role: role, Content: text})
 	}
-	return out, nil
+	return localMessages(norm), nil
 }
 
 // renderPrompt applies the model's chat template (or a plain "role: text"

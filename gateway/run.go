@@ -7,7 +7,6 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -37,25 +36,7 @@ func (s *Server) chatCacheRequest(c *fiber.Ctx, r *ChatCompletionRequest, j *job
 	cr := &cache.Request{Tenant: tenantOf(c), Model: r.Model, Stream: j.stream, NoCache: noCache, NoStore: noStore,
 		Temperature: float64(j.gen.Sampling.Temperature), Params: commonCacheParams(j)}
 	cr.Params["endpoint"] = "chat"
-	var sys []string
-	for _, m := range r.Messages {
-		text := m.Content.Text
-		if m.Content.Parts != nil {
-			var parts []string
-			for _, p := range m.Content.Parts {
-				if p.Text != nil {
-					parts = append(parts, *p.Text)
-				}
-			}
-			text = strings.Join(parts, "\n")
-		}
-		if m.Role == "system" || m.Role == "developer" {
-			sys = append(sys, text)
-			continue
-		}
-		cr.Messages = append(cr.Messages, cache.Message{Role: m.Role, Content: text})
-	}
-	cr.System = strings.Join(sys, "\n")
+	cr.System, cr.Messages = cacheMessages(j.chat)
 	return cr
 }
 

@@ -93,6 +93,23 @@ type MessageContent struct {
 type ContentPart struct {
 	Type string  `json:"type"`
 	Text *string `json:"text"`
+	// raw is a part other than text as sent (images, audio, files: the
+	// cache key includes it, normalize.go); nil for text parts.
+	raw json.RawMessage
+}
+
+// UnmarshalJSON decodes a part, keeping parts other than text as sent.
+func (p *ContentPart) UnmarshalJSON(b []byte) error {
+	type plain ContentPart
+	var q plain
+	if err := json.Unmarshal(b, &q); err != nil {
+		return err
+	}
+	*p = ContentPart(q)
+	if p.Type != "text" {
+		p.raw = append(json.RawMessage(nil), b...)
+	}
+	return nil
 }
 
 // UnmarshalJSON accepts a string, null, or an array of parts.

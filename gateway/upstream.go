@@ -279,20 +279,7 @@ func (s *Server) proxyChat(c *fiber.Ctx, ur *upstreamRoute, body []byte, head mo
 			cr.Params[k] = string(v)
 		}
 	}
-	var sys []string
-	for _, m := range req.Messages {
-		text := m.Content.Text
-		if m.Content.Parts != nil {
-			b, _ := json.Marshal(m.Content.Parts)
-			text = string(b)
-		}
-		if m.Role == "system" || m.Role == "developer" {
-			sys = append(sys, text)
-			continue
-		}
-		cr.Messages = append(cr.Messages, cache.Message{Role: m.Role, Content: text})
-	}
-	cr.System = strings.Join(sys, "\n")
+	cr.System, cr.Messages = cacheMessages(normalizeChat(req.Messages))
 	var status int
 	var ctype string
 	gen := func(ctx context.Context) ([]byte, float64, error) {
