@@ -18,6 +18,8 @@ import (
 type CPUBackend struct {
 	cfg      Config
 	w        *Weights
+	embed    model.Tensor // w.Embed, rows widened per token
+	norm     []float32    // w.Norm as float32
 	numSlots int
 	threads  int
 	k, v     [][]float32 // [layer][slot*KVDim + head*HeadDim + d]
@@ -30,6 +32,8 @@ type CPUBackend struct {
 // cpuLayer is one layer's matmul weights as the matmul kernels read them.
 type cpuLayer struct {
 	q, k, v, o, gate, up, down wmat
+	attnNorm, mlpNorm          []float32
+	bq, bk, bv                 []float32 // QKV biases (Config.QKVBias), else nil
 }
 
 type cpuScratch struct {
@@ -69,22 +73,32 @@ func NewCPUBackend(cfg Config, w *Weights, numSlots, threads int) (*CPUBackend, 
 func (b *CPUBackend) setWeights(half bool) {
 	w := b.w
 	half = half && useAVX2 && hasF16C
+	// Matmul weights as float32 (F32 tensors are shared, F16/BF16 widened
+	// exactly, I8 dequantized); F16 tensors are binary16-exact by type.
+	wide := model.Tensor.Float32
+	exact := func(t model.Tensor) bool {
+		return t.DType == model.F16 || newWmatExact(t.Float32())
+	}
 	if half {
 		for _, l := range w.Layers {
-			for _, m := range [][]float32{l.Wq, l.Wk, l.Wv, l.Wo, l.WGate, l.WUp, l.WDown} {
-				half = half && newWmatExact(m)
+			for _, m := range []model.Tensor{l.Wq, l.Wk, l.Wv, l.Wo, l.WGate, l.WUp, l.WDown} {
+				half = half && exact(m)
 			}
 		}
-		half = half && newWmatExact(w.LMHead)
+		half = half && exact(w.LMHead)
 	}
 	b.layers = make([]cpuLayer, len(w.Layers))
 	for i, l := range w.Layers {
 		H, Q, KV, I := b.cfg.HiddenSize, b.cfg.QDim(), b.cfg.KVDim(), b.cfg.IntermediateSize
-		b.layers[i] = cpuLayer{q: newWmat(l.Wq, Q, H, half), k: newWmat(l.Wk, KV, H, half), v: newWmat(l.Wv, KV, H, half),
-			o: newWmat(l.Wo, H, Q, half), gate: newWmat(l.WGate, I, H, half), up: newWmat(l.WUp, I, H, half),
-			down: newWmat(l.WDown, H, I, half)}
+		b.layers[i] = cpuLayer{q: newWmat(wide(l.Wq), Q, H, half), k: newWmat(wide(l.Wk), KV, H, half), v: newWmat(wide(l.Wv), KV, H, half),
+			o: newWmat(wide(l.Wo), H, Q, half), gate: newWmat(wide(l.WGate), I, H, half), up: newWmat(wide(l.WUp), I, H, half),
+			down: newWmat(wide(l.WDown), H, I, half), attnNorm: l.AttnNorm.Float32(), mlpNorm: l.MLPNorm.Float32()}
+		if b.cfg.QKVBias {
+			b.layers[i].bq, b.layers[i].bk, b.layers[i].bv = l.Bq.Float32(), l.Bk.Float32(), l.Bv.Float32()
+		}
 	}
-	b.lmHead = newWmat(w.LMHead, b.cfg.VocabSize, b.cfg.HiddenSize, half)
+	b.lmHead = newWmat(wide(w.LMHead), b.cfg.VocabSize, b.cfg.HiddenSize, half)
+	b.embed, b.norm = w.Embed, w.Norm.Float32()
 }
 
 // HalfWeights reports whether the backend streams binary16 weight copies.
@@ -198,6 +212,17 @@ func rmsNorm(out, x, w []float32, eps float64) {
 	r := float32(1 / math.Sqrt(float64(variance+float32(eps))))
 	for i, v := range x {
 		out[i] = w[i] * (v * r)
+	}
+}
+
+// addBias adds bias to every row of x ([rows][len(bias)]).
+func addBias(x, bias []float32) {
+	n := len(bias)
+	for o := 0; o < len(x); o += n {
+		row := x[o : o+n]
+		for i, v := range bias {
+			row[i] += v
+		}
 	}
 }
 
@@ -324,18 +349,22 @@ func (b *CPUBackend) Forward(reqs []*ForwardRequest) error {
 	}
 	s.toks, s.pos, s.slots = toks, pos, slots
 	for t, id := range toks {
-		copy(s.x[t*H:(t+1)*H], b.w.Embed[int(id)*H:(int(id)+1)*H])
+		b.embed.RowInto(s.x[t*H:(t+1)*H], int(id))
 	}
 	ropeCosSin(s.cos, s.sin, pos, b.invFreq)
 	attn := b.buildAttention(reqs)
 
 	for l := range cfg.NumLayers {
-		lw := &b.w.Layers[l]
 		cl := &b.layers[l]
 		for t := range T {
-			rmsNorm(s.h[t*H:(t+1)*H], s.x[t*H:(t+1)*H], lw.AttnNorm, cfg.RMSNormEps)
+			rmsNorm(s.h[t*H:(t+1)*H], s.x[t*H:(t+1)*H], cl.attnNorm, cfg.RMSNormEps)
 		}
 		matmulJobs(b.threads, s.h, T, H, mmJob{s.q, &cl.q, Q}, mmJob{s.kk, &cl.k, KV}, mmJob{s.vv, &cl.v, KV})
+		if cl.bq != nil {
+			addBias(s.q[:T*Q], cl.bq)
+			addBias(s.kk[:T*KV], cl.bk)
+			addBias(s.vv[:T*KV], cl.bv)
+		}
 		kc, vc := b.k[l], b.v[l]
 		for t := range T {
 			c, sn := s.cos[t*half:(t+1)*half], s.sin[t*half:(t+1)*half]
@@ -351,7 +380,7 @@ func (b *CPUBackend) Forward(reqs []*ForwardRequest) error {
 			s.x[i] += s.o[i]
 		}
 		for t := range T {
-			rmsNorm(s.h[t*H:(t+1)*H], s.x[t*H:(t+1)*H], lw.MLPNorm, cfg.RMSNormEps)
+			rmsNorm(s.h[t*H:(t+1)*H], s.x[t*H:(t+1)*H], cl.mlpNorm, cfg.RMSNormEps)
 		}
 		matmulJobs(b.threads, s.h, T, H, mmJob{s.gate, &cl.gate, I}, mmJob{s.up, &cl.up, I})
 		siluMul(s.gate[:T*I], s.up[:T*I])
@@ -381,13 +410,13 @@ func (b *CPUBackend) Forward(reqs []*ForwardRequest) error {
 		if r.LogitsRows == nil {
 			for j := range r.Tokens {
 				t := off + j
-				rmsNorm(hn[i*H:(i+1)*H], s.x[t*H:(t+1)*H], b.w.Norm, cfg.RMSNormEps)
+				rmsNorm(hn[i*H:(i+1)*H], s.x[t*H:(t+1)*H], b.norm, cfg.RMSNormEps)
 				i++
 			}
 		} else {
 			for _, j := range r.LogitsRows {
 				t := off + int(j)
-				rmsNorm(hn[i*H:(i+1)*H], s.x[t*H:(t+1)*H], b.w.Norm, cfg.RMSNormEps)
+				rmsNorm(hn[i*H:(i+1)*H], s.x[t*H:(t+1)*H], b.norm, cfg.RMSNormEps)
 				i++
 			}
 		}

@@ -3,9 +3,11 @@
 //
 // Layers, bottom up:
 //
-//   - Config (config.json + generation_config.json, both RoPE spellings),
-//     Weights (float32, [out][in] row-major like nn.Linear; F16/BF16 upcast;
-//     every tensor's shape checked against the config), Load, NewRandomModel.
+//   - Config (config.json + generation_config.json, both RoPE spellings;
+//     package engine/model, architectures registered by name: Llama, Qwen2),
+//     Weights (typed tensors of engine/model: F32, F16, BF16 as stored, I8
+//     with per-row scales; [out][in] row-major like nn.Linear; every
+//     tensor's shape checked against the architecture), Load, NewRandomModel.
 //   - Backend (api.go): one batched forward over ForwardRequests, with the KV
 //     cache in backend memory addressed by slots. CPUBackend is the pure-Go
 //     float32 reference: HF's RMSNorm, RoPE (rotate_half; default, linear and

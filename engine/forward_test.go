@@ -4,10 +4,12 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/specgate/specgate/engine/model"
 )
 
 // testConfigs are small architectures covering GQA, MQA + tied embeddings,
-// and both rope scalings.
+// both rope scalings, and Qwen2's QKV biases.
 func testConfigs() map[string]Config {
 	base := Config{HiddenSize: 48, IntermediateSize: 80, NumLayers: 2, NumHeads: 6, NumKVHeads: 2, HeadDim: 8,
 		RMSNormEps: 1e-5, RopeTheta: 10000, RopeScaling: RopeScaling{Type: RopeDefault}, MaxPositions: 256,
@@ -22,7 +24,9 @@ func testConfigs() map[string]Config {
 	l3 := base
 	l3.RopeTheta = 500000
 	l3.RopeScaling = RopeScaling{Type: RopeLlama3, Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 32}
-	return map[string]Config{"gqa": gqa, "mqa-tied": mqa, "linear": lin, "llama3": l3}
+	qw := base
+	qw.Arch, qw.QKVBias = "Qwen2ForCausalLM", true
+	return map[string]Config{"gqa": gqa, "mqa-tied": mqa, "linear": lin, "llama3": l3, "qwen2-bias": qw}
 }
 
 // refInvFreq is the HF formula in float64, written independently of RopeInvFreq.
@@ -104,15 +108,27 @@ func refForward(c Config, w *Weights, tokens []int32) [][]float64 {
 	for t, id := range tokens {
 		x[t] = make([]float64, H)
 		for i := range H {
-			x[t][i] = float64(w.Embed[int(id)*H+i])
+			x[t][i] = float64(w.Embed.At(int(id)*H + i))
 		}
 	}
 	HD := c.HeadDim
 	for _, l := range w.Layers {
-		h := norm(x, l.AttnNorm)
-		q := mm(h, l.Wq, c.QDim(), H)
-		k := mm(h, l.Wk, c.KVDim(), H)
-		v := mm(h, l.Wv, c.KVDim(), H)
+		h := norm(x, l.AttnNorm.Float32())
+		q := mm(h, l.Wq.Float32(), c.QDim(), H)
+		k := mm(h, l.Wk.Float32(), c.KVDim(), H)
+		v := mm(h, l.Wv.Float32(), c.KVDim(), H)
+		if c.QKVBias {
+			for t := range T {
+				for _, p := range []struct {
+					y []float64
+					b model.Tensor
+				}{{q[t], l.Bq}, {k[t], l.Bk}, {v[t], l.Bv}} {
+					for i := range p.y {
+						p.y[i] += float64(p.b.At(i))
+					}
+				}
+			}
+		}
 		for t := range T {
 			for hh := range c.NumHeads {
 				rope(q[t][hh*HD:(hh+1)*HD], t)
@@ -148,28 +164,28 @@ func refForward(c Config, w *Weights, tokens []int32) [][]float64 {
 				}
 			}
 		}
-		o := mm(att, l.Wo, H, c.QDim())
+		o := mm(att, l.Wo.Float32(), H, c.QDim())
 		for t := range T {
 			for i := range H {
 				x[t][i] += o[t][i]
 			}
 		}
-		h = norm(x, l.MLPNorm)
-		g := mm(h, l.WGate, c.IntermediateSize, H)
-		u := mm(h, l.WUp, c.IntermediateSize, H)
+		h = norm(x, l.MLPNorm.Float32())
+		g := mm(h, l.WGate.Float32(), c.IntermediateSize, H)
+		u := mm(h, l.WUp.Float32(), c.IntermediateSize, H)
 		for t := range T {
 			for i := range g[t] {
 				g[t][i] = g[t][i] / (1 + math.Exp(-g[t][i])) * u[t][i]
 			}
 		}
-		d := mm(g, l.WDown, H, c.IntermediateSize)
+		d := mm(g, l.WDown.Float32(), H, c.IntermediateSize)
 		for t := range T {
 			for i := range H {
 				x[t][i] += d[t][i]
 			}
 		}
 	}
-	return mm(norm(x, w.Norm), w.LMHead, c.VocabSize, H)
+	return mm(norm(x, w.Norm.Float32()), w.LMHead.Float32(), c.VocabSize, H)
 }
 
 func randTokens(r *rand.Rand, n, vocab int) []int32 {

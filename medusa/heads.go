@@ -272,7 +272,7 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 	h.proj = make([]*engine.Mat, cfg.NumHeads)
 	R := h.Rows()
 	if h.Shared {
-		lm := target.Weights.LMHead
+		lm := target.Weights.LMHead.Float32()
 		if len(lm) != V*H {
 			return nil, fmt.Errorf("medusa: target lm_head has %d values, want %d x %d: %w", len(lm), V, H, ErrMismatch)
 		}

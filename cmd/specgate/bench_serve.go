@@ -25,6 +25,7 @@ import (
 
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/cuda"
+	"github.com/specgate/specgate/engine/model"
 	"github.com/specgate/specgate/engine/tokenizer"
 	"github.com/specgate/specgate/gateway"
 )
@@ -444,10 +445,11 @@ func shapeOnlyWeights(cfg engine.Config) *engine.Weights {
 	H, I, V := cfg.HiddenSize, cfg.IntermediateSize, cfg.VocabSize
 	q, kv := cfg.QDim(), cfg.KVDim()
 	buf := make([]float32, max(V*H, I*H, q*H))
-	w := &engine.Weights{Embed: buf[:V*H], Norm: buf[:H], LMHead: buf[:V*H], Layers: make([]engine.LayerWeights, cfg.NumLayers)}
+	f := func(out, in int) model.Tensor { return model.NewF32(buf[:out*in], out, in) }
+	w := &engine.Weights{Embed: f(V, H), Norm: model.NewF32(buf[:H], H), LMHead: f(V, H), Layers: make([]engine.LayerWeights, cfg.NumLayers)}
 	for i := range w.Layers {
-		w.Layers[i] = engine.LayerWeights{AttnNorm: buf[:H], Wq: buf[:q*H], Wk: buf[:kv*H], Wv: buf[:kv*H], Wo: buf[:H*q],
-			MLPNorm: buf[:H], WGate: buf[:I*H], WUp: buf[:I*H], WDown: buf[:H*I]}
+		w.Layers[i] = engine.LayerWeights{AttnNorm: model.NewF32(buf[:H], H), Wq: f(q, H), Wk: f(kv, H), Wv: f(kv, H), Wo: f(H, q),
+			MLPNorm: model.NewF32(buf[:H], H), WGate: f(I, H), WUp: f(I, H), WDown: f(H, I)}
 	}
 	return w
 }

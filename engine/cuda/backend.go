@@ -170,6 +170,17 @@ func (b *Backend) alloc(c *kernels.Ctx, bytes int) (kernels.DevicePtr, error) {
 	return p, err
 }
 
+// layerF32 is one layer's weights as float32 (F32 tensors shared, others
+// widened) for the fp16 upload.
+type layerF32 struct {
+	AttnNorm, Wq, Wk, Wv, Wo, MLPNorm, WGate, WUp, WDown []float32
+}
+
+func f32Layer(l *engine.LayerWeights) *layerF32 {
+	return &layerF32{l.AttnNorm.Float32(), l.Wq.Float32(), l.Wk.Float32(), l.Wv.Float32(), l.Wo.Float32(),
+		l.MLPNorm.Float32(), l.WGate.Float32(), l.WUp.Float32(), l.WDown.Float32()}
+}
+
 func toF16(v []float32) []uint16 {
 	out := make([]uint16, len(v))
 	for i, x := range v {
@@ -208,28 +219,28 @@ func (b *Backend) load(c *kernels.Ctx, w *engine.Weights) error {
 	H, I, V, L := cfg.HiddenSize, cfg.IntermediateSize, cfg.VocabSize, cfg.NumLayers
 	q, kv := cfg.QDim(), cfg.KVDim()
 	if !b.opt.Random {
-		if len(w.Layers) != L || len(w.Embed) != V*H || len(w.Norm) != H || len(w.LMHead) != V*H {
+		if len(w.Layers) != L || w.Embed.Len() != V*H || w.Norm.Len() != H || w.LMHead.Len() != V*H {
 			return fmt.Errorf("cuda backend: weights do not match config (%d layers, embed %d, norm %d, lm_head %d): %w",
-				len(w.Layers), len(w.Embed), len(w.Norm), len(w.LMHead), engine.ErrBadWeights)
+				len(w.Layers), w.Embed.Len(), w.Norm.Len(), w.LMHead.Len(), engine.ErrBadWeights)
 		}
 	} else {
 		w = &engine.Weights{Layers: make([]engine.LayerWeights, L)}
 	}
 	var err error
-	if b.embed, err = b.upload(c, V*H, 1, w.Embed); err != nil {
+	if b.embed, err = b.upload(c, V*H, 1, w.Embed.Float32()); err != nil {
 		return fmt.Errorf("embed_tokens: %w", err)
 	}
 	if cfg.TieWordEmbeddings {
 		b.lmHead = b.embed
-	} else if b.lmHead, err = b.upload(c, V*H, 0.02, w.LMHead); err != nil {
+	} else if b.lmHead, err = b.upload(c, V*H, 0.02, w.LMHead.Float32()); err != nil {
 		return fmt.Errorf("lm_head: %w", err)
 	}
-	if b.norm, err = b.upload(c, H, 0, w.Norm); err != nil {
+	if b.norm, err = b.upload(c, H, 0, w.Norm.Float32()); err != nil {
 		return fmt.Errorf("norm: %w", err)
 	}
 	b.layers = make([]layer, L)
 	for l := range L {
-		lw, ly := &w.Layers[l], &b.layers[l]
+		lw, ly := f32Layer(&w.Layers[l]), &b.layers[l]
 		if !b.opt.Random && (len(lw.Wq) != q*H || len(lw.Wk) != kv*H || len(lw.Wv) != kv*H || len(lw.Wo) != H*q ||
 			len(lw.WGate) != I*H || len(lw.WUp) != I*H || len(lw.WDown) != H*I || len(lw.AttnNorm) != H || len(lw.MLPNorm) != H) {
 			return fmt.Errorf("cuda backend: layer %d: weight sizes do not match config: %w", l, engine.ErrBadWeights)

@@ -50,14 +50,14 @@ func roundF16(w *engine.Weights) {
 			v[i] = safetensors.F16ToFloat32(safetensors.Float32ToF16(x))
 		}
 	}
-	r(w.Embed)
-	r(w.Norm)
-	if &w.LMHead[0] != &w.Embed[0] {
-		r(w.LMHead)
+	r(w.Embed.F32)
+	r(w.Norm.F32)
+	if &w.LMHead.F32[0] != &w.Embed.F32[0] {
+		r(w.LMHead.F32)
 	}
 	for i := range w.Layers {
 		l := &w.Layers[i]
-		for _, v := range [][]float32{l.AttnNorm, l.Wq, l.Wk, l.Wv, l.Wo, l.MLPNorm, l.WGate, l.WUp, l.WDown} {
+		for _, v := range [][]float32{l.AttnNorm.F32, l.Wq.F32, l.Wk.F32, l.Wv.F32, l.Wo.F32, l.MLPNorm.F32, l.WGate.F32, l.WUp.F32, l.WDown.F32, l.Bq.F32, l.Bk.F32, l.Bv.F32} {
 			r(v)
 		}
 	}

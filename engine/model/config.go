@@ -41,9 +41,17 @@ type RopeScaling struct {
 	OriginalMaxPositions          int     // llama3: original_max_position_embeddings
 }
 
-// Config is the validated architecture of a LlamaForCausalLM model, merged
-// with generation_config.json (EOS ids and sampling defaults).
+// Config is the validated architecture of a model (one registered with
+// Register: LlamaForCausalLM, Qwen2ForCausalLM), merged with
+// generation_config.json (EOS ids and sampling defaults).
 type Config struct {
+	// Arch is the registered architecture name; "" (configs built by hand)
+	// means LlamaForCausalLM.
+	Arch string
+	// QKVBias: the q, k and v projections add a bias (Qwen2). Backends read
+	// the features from here, not from Arch.
+	QKVBias bool
+
 	HiddenSize        int
 	IntermediateSize  int
 	NumLayers         int
@@ -121,22 +129,16 @@ func ParseConfig(data []byte, file string) (Config, error) {
 	if err := dec.Decode(&r); err != nil {
 		return Config{}, fmt.Errorf("%s: %v: %w", file, err, ErrBadConfig)
 	}
-	if len(r.Architectures) > 0 {
-		ok := false
-		for _, a := range r.Architectures {
-			if a == "LlamaForCausalLM" {
-				ok = true
-			}
-		}
-		if !ok {
-			return Config{}, bad("architectures", "%q unsupported (want LlamaForCausalLM)", r.Architectures)
-		}
-	}
-	if r.ModelType != "" && r.ModelType != "llama" {
-		return Config{}, bad("model_type", "%q unsupported (want llama)", r.ModelType)
-	}
-	if len(r.Architectures) == 0 && r.ModelType == "" {
-		return Config{}, bad("architectures", "missing (want LlamaForCausalLM)")
+	arch, err := archFor(r.Architectures, r.ModelType)
+	switch {
+	case err != nil:
+		return Config{}, bad("model_type", "%v", err)
+	case arch == nil && len(r.Architectures) > 0:
+		return Config{}, bad("architectures", "%q unsupported (%s)", r.Architectures, wantArchs())
+	case arch == nil && r.ModelType != "":
+		return Config{}, bad("model_type", "%q unsupported (%s)", r.ModelType, wantArchs())
+	case arch == nil:
+		return Config{}, bad("architectures", "missing (%s)", wantArchs())
 	}
 	if r.HiddenAct != "" && r.HiddenAct != "silu" {
 		return Config{}, bad("hidden_act", "%q unsupported (want silu)", r.HiddenAct)
@@ -159,8 +161,7 @@ func ParseConfig(data []byte, file string) (Config, error) {
 		}
 		return *p, nil
 	}
-	var c Config
-	var err error
+	c := Config{Arch: arch.Name, QKVBias: arch.QKVBias}
 	if c.HiddenSize, err = req(r.HiddenSize, "hidden_size", maxHidden); err != nil {
 		return Config{}, err
 	}
@@ -282,6 +283,15 @@ func ParseConfig(data []byte, file string) (Config, error) {
 	case "", "float32", "float16", "bfloat16":
 	default:
 		return Config{}, bad("torch_dtype", "%q unsupported (want float32, float16 or bfloat16)", c.DType)
+	}
+	if arch.Parse != nil {
+		var all map[string]any
+		if err := json.Unmarshal(data, &all); err != nil {
+			return Config{}, fmt.Errorf("%s: %v: %w", file, err, ErrBadConfig)
+		}
+		if err := arch.Parse(all, &c, bad); err != nil {
+			return Config{}, err
+		}
 	}
 	return c, nil
 }
@@ -438,6 +448,9 @@ func (c Config) Validate() error {
 		return bad("rms_norm_eps", "%v not positive", c.RMSNormEps)
 	case !(c.RopeTheta > 0):
 		return bad("rope_theta", "%v not positive", c.RopeTheta)
+	}
+	if _, ok := Lookup(c.Arch); c.Arch != "" && !ok {
+		return bad("architectures", "%q unsupported (%s)", c.Arch, wantArchs())
 	}
 	switch c.RopeScaling.Type {
 	case "", RopeDefault:

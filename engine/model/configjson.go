@@ -2,11 +2,16 @@ package model
 
 import "encoding/json"
 
-// ConfigJSON renders cfg as a HF config.json (LlamaForCausalLM, float32).
+// ConfigJSON renders cfg as a HF config.json of its architecture
+// (LlamaForCausalLM when Arch is empty), float32.
 func (c Config) ConfigJSON() ([]byte, error) {
+	arch, ok := Lookup(c.Arch)
+	if !ok {
+		arch = Llama
+	}
 	m := map[string]any{
-		"architectures":           []string{"LlamaForCausalLM"},
-		"model_type":              "llama",
+		"architectures":           []string{arch.Name},
+		"model_type":              arch.ModelType,
 		"hidden_size":             c.HiddenSize,
 		"intermediate_size":       c.IntermediateSize,
 		"num_hidden_layers":       c.NumLayers,
@@ -22,6 +27,10 @@ func (c Config) ConfigJSON() ([]byte, error) {
 		"attention_bias":          false,
 		"mlp_bias":                false,
 		"torch_dtype":             "float32",
+	}
+	if arch != Llama { // Llama's keys; Qwen2 has its biases built in
+		delete(m, "attention_bias")
+		delete(m, "mlp_bias")
 	}
 	switch c.RopeScaling.Type {
 	case RopeLinear:
