@@ -3,7 +3,6 @@ package engine
 import (
 	"fmt"
 	"math"
-	"sort"
 	"time"
 )
 
@@ -130,83 +129,6 @@ func (a *ewma) add(x float64) {
 	a.n++
 	w := max(0.1, 1/float64(a.n))
 	a.v += w * (x - a.v)
-}
-
-// stepCost models the seconds of one target forward of T tokens, from
-// measured steps (an EWMA per size bucket, interpolated between buckets).
-type stepCost struct {
-	buckets map[int]*ewma
-	// keys (sorted) and ys (their monotone envelope), rebuilt by observe
-	keys []int
-	ys   []float64
-}
-
-// costBucket maps T to its bucket: exact up to 16, then powers of two.
-func costBucket(T int) int {
-	if T <= 16 {
-		return T
-	}
-	b := 16
-	for b < T {
-		b *= 2
-	}
-	return b
-}
-
-func (c *stepCost) observe(T int, secs float64) {
-	if T <= 0 || !(secs > 0) {
-		return
-	}
-	if c.buckets == nil {
-		c.buckets = map[int]*ewma{}
-	}
-	b := costBucket(T)
-	a := c.buckets[b]
-	if a == nil {
-		a = &ewma{}
-		c.buckets[b] = a
-	}
-	a.add(secs)
-	c.keys = c.keys[:0]
-	for k := range c.buckets {
-		c.keys = append(c.keys, k)
-	}
-	sort.Ints(c.keys)
-	c.ys = c.ys[:0]
-	for i, k := range c.keys {
-		c.ys = append(c.ys, c.buckets[k].v)
-		if i > 0 {
-			c.ys[i] = max(c.ys[i], c.ys[i-1])
-		}
-	}
-}
-
-// known reports whether any forward was measured.
-func (c *stepCost) known() bool { return len(c.buckets) > 0 }
-
-// at estimates the seconds of a T-token forward: linear between measured
-// buckets, flat below the smallest, the last slope beyond the largest; the
-// estimate never decreases with T.
-func (c *stepCost) at(T int) float64 {
-	if len(c.buckets) == 0 {
-		return 1 + 0.1*float64(T-1) // unmeasured: a relative guess
-	}
-	keys, ys := c.keys, c.ys
-	if T <= keys[0] {
-		return ys[0]
-	}
-	for i := 1; i < len(keys); i++ {
-		if T <= keys[i] {
-			f := float64(T-keys[i-1]) / float64(keys[i]-keys[i-1])
-			return ys[i-1] + f*(ys[i]-ys[i-1])
-		}
-	}
-	n := len(keys)
-	slope := ys[0] * 0.05 / 1 // at least 5% of a one-token forward per token
-	if n >= 2 {
-		slope = max(slope, (ys[n-1]-ys[n-2])/float64(keys[n-1]-keys[n-2]))
-	}
-	return ys[n-1] + slope*float64(T-keys[n-1])
 }
 
 // calibrate times target forwards of a few sizes once (a chain below a

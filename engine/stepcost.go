@@ -1,0 +1,148 @@
+package engine
+
+import (
+	"slices"
+	"sort"
+)
+
+// stepCost models the seconds of one step (forward, sampling and
+// verification) of T tokens from measured steps, for the per-step draft
+// budget.
+//
+// It is a product: the cost of a one-token step (the median of its recent
+// timings) times the ratio of a T-token step to it (per size bucket, the
+// median of recent ratios, interpolated between buckets). Earlier the table
+// held each bucket's own EWMA of seconds, lifted to a monotone envelope.
+// On a shared machine timings have spikes of 3-10x, and load changes the
+// absolute cost of every size together: a bucket timed in a spike or under
+// a passing load kept that price for dozens of steps, the envelope carried
+// it to every larger size, and the budget, finding those sizes too dear,
+// stopped granting them, so they were never timed again. Seen in bench
+// workload's code-edit trace (2 cores shared, before this change): a
+// 2-token step priced at 1.84 ms and a 9-token one at 5.6 ms (timed in a run
+// of the same trace: 0.66 and 1.68 ms), and an exactly matching prediction
+// granted no draft node for 35 steps in a row. A ratio is what the budget
+// compares, it moves little with load, and medians ignore spikes; the
+// one-token cost that scales it is timed in every plain step.
+type stepCost struct {
+	base   costWindow          // seconds of a one-token step
+	ratios map[int]*costWindow // bucket -> seconds / base at the time, for T > 1
+	// keys (sorted) and ys (their ratios, monotone), rebuilt by observe;
+	// keys[0] = 1 with ratio 1.
+	keys []int
+	ys   []float64
+}
+
+// costBucket maps T to its bucket: exact up to 16, then powers of two.
+func costBucket(T int) int {
+	if T <= 16 {
+		return T
+	}
+	b := 16
+	for b < T {
+		b *= 2
+	}
+	return b
+}
+
+// observe records a step of T tokens that took secs. Steps before the
+// first one-token step are not recorded (nothing to scale them by; the
+// engine calibrates before its first speculative step).
+func (c *stepCost) observe(T int, secs float64) {
+	if T <= 0 || !(secs > 0) {
+		return
+	}
+	if T == 1 {
+		c.base.add(secs)
+	} else {
+		if c.base.n == 0 {
+			return
+		}
+		if c.ratios == nil {
+			c.ratios = map[int]*costWindow{}
+		}
+		b := costBucket(T)
+		w := c.ratios[b]
+		if w == nil {
+			w = &costWindow{}
+			c.ratios[b] = w
+		}
+		w.add(secs / c.base.v)
+	}
+	c.keys = append(c.keys[:0], 1)
+	for k := range c.ratios {
+		c.keys = append(c.keys, k)
+	}
+	sort.Ints(c.keys[1:])
+	c.ys = append(c.ys[:0], 1)
+	for _, k := range c.keys[1:] {
+		c.ys = append(c.ys, c.ratios[k].v)
+	}
+	// monotone: a size costs at most what the next larger measured size
+	// costs (timings err upwards), and at least a one-token step.
+	for i := len(c.ys) - 2; i >= 1; i-- {
+		c.ys[i] = min(c.ys[i], c.ys[i+1])
+	}
+	for i := range c.ys {
+		c.ys[i] = max(c.ys[i], 1)
+	}
+}
+
+// known reports whether any step was measured.
+func (c *stepCost) known() bool { return c.base.n > 0 }
+
+// at estimates the seconds of a T-token step: the one-token cost times the
+// ratio, linear between measured buckets, the last slope beyond the
+// largest (at least 5% of a one-token step per token); never decreasing
+// with T.
+func (c *stepCost) at(T int) float64 {
+	if c.base.n == 0 {
+		return 1 + 0.1*float64(T-1) // unmeasured: a relative guess
+	}
+	return c.base.v * c.ratioAt(T)
+}
+
+func (c *stepCost) ratioAt(T int) float64 {
+	keys, ys := c.keys, c.ys
+	if T <= keys[0] {
+		return ys[0]
+	}
+	for i := 1; i < len(keys); i++ {
+		if T <= keys[i] {
+			f := float64(T-keys[i-1]) / float64(keys[i]-keys[i-1])
+			return ys[i-1] + f*(ys[i]-ys[i-1])
+		}
+	}
+	n := len(keys)
+	slope := 0.05
+	if n >= 2 {
+		slope = max(slope, (ys[n-1]-ys[n-2])/float64(keys[n-1]-keys[n-2]))
+	}
+	return ys[n-1] + slope*float64(T-keys[n-1])
+}
+
+// costWindowLen is how many recent values a costWindow keeps.
+const costWindowLen = 5
+
+// costWindow is the median of the most recent costWindowLen values: it
+// ignores up to 2 spikes in 5 and follows a lasting change within 3 values.
+type costWindow struct {
+	xs   [costWindowLen]float64
+	n, i int     // values held, next slot
+	v    float64 // the median of the held values
+}
+
+func (w *costWindow) add(x float64) {
+	w.xs[w.i] = x
+	w.i = (w.i + 1) % costWindowLen
+	w.n = min(w.n+1, costWindowLen)
+	var buf [costWindowLen]float64
+	s := buf[:w.n]
+	copy(s, w.xs[:w.n])
+	slices.Sort(s)
+	if w.n%2 == 1 {
+		w.v = s[w.n/2]
+	} else {
+		w.v = (s[w.n/2-1] + s[w.n/2]) / 2
+	}
+}
