@@ -79,6 +79,11 @@ type ForwardRequest struct {
 	// len(LogitsRows or Tokens) * HiddenSize, in the order of Logits.
 	// Proposers that draft from hidden states (HiddenNeeder) need it.
 	Hidden []float32
+	// HiddenOnly: fill Hidden for the logits rows and skip the LM head
+	// (Logits may be nil). Only backends that are HiddenOnlyForwarders
+	// accept it (hiddenonly.go): a draft model whose proposer projects onto
+	// a restricted vocabulary itself.
+	HiddenOnly bool
 	// Sample, for a backend that is a DeviceSampler (devsample.go): sample
 	// this request's one logits row on the device and write the token and
 	// its logprob into Sample instead of filling Logits.

@@ -39,6 +39,7 @@ type cpuLayer struct {
 type cpuScratch struct {
 	x, h, q, kk, vv, att, o, gate, up []float32
 	cos, sin, hn, logits              []float32
+	lmIn                              []float32 // LM-head rows when some requests are HiddenOnly
 	toks, pos, slots                  []int32
 }
 
@@ -285,6 +286,12 @@ func ValidateRequest(cfg Config, numSlots, i int, r *ForwardRequest) error {
 			}
 		}
 	}
+	if r.HiddenOnly {
+		if len(r.Hidden) < rows*cfg.HiddenSize {
+			return bad("hidden-only request: hidden buffer %d < %d rows * hidden %d", len(r.Hidden), rows, cfg.HiddenSize)
+		}
+		return nil
+	}
 	if len(r.Logits) < rows*cfg.VocabSize {
 		return bad("logits buffer %d < %d rows * vocab %d", len(r.Logits), rows, cfg.VocabSize)
 	}
@@ -423,14 +430,20 @@ func (b *CPUBackend) Forward(reqs []*ForwardRequest) error {
 		off += len(r.Tokens)
 	}
 	logits := s.logits
-	matmulJobs(b.threads, hn, R, H, mmJob{logits, &b.lmHead, V})
-	i = 0
+	lmIn, lmRows := b.lmHeadRows(reqs, hn, R)
+	if lmRows > 0 {
+		matmulJobs(b.threads, lmIn, lmRows, H, mmJob{logits, &b.lmHead, V})
+	}
+	i, li := 0, 0
 	for _, r := range reqs {
 		n := len(r.Tokens)
 		if r.LogitsRows != nil {
 			n = len(r.LogitsRows)
 		}
-		copy(r.Logits[:n*V], logits[i*V:(i+n)*V])
+		if !r.HiddenOnly {
+			copy(r.Logits[:n*V], logits[li*V:(li+n)*V])
+			li += n
+		}
 		if r.Hidden != nil {
 			copy(r.Hidden[:n*H], hn[i*H:(i+n)*H])
 		}

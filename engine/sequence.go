@@ -87,6 +87,10 @@ type BatchItem struct {
 	Logits     []float32
 	WantHidden bool
 	Hidden     []float32
+	// HiddenOnly: only Hidden is filled (WantHidden implied), Logits is
+	// left alone and the LM head skipped; the backend must be a
+	// HiddenOnlyForwarder (Model.SupportsHiddenOnly).
+	HiddenOnly bool
 	// Sample: the backend samples the item's one logits row on the device
 	// (DeviceSampler; devsample.go) instead of filling Logits.
 	Sample *RowSample
@@ -190,6 +194,13 @@ func (m *Model) ForwardBatch(items []BatchItem) error {
 	for i := range items {
 		it := &items[i]
 		s := it.Seq
+		if it.HiddenOnly {
+			if !m.SupportsHiddenOnly() {
+				rollback()
+				return fmt.Errorf("engine: ForwardBatch: item %d: hidden-only forward on a backend that computes every LM head", i)
+			}
+			it.WantHidden = true
+		}
 		if s.m != m {
 			rollback()
 			return fmt.Errorf("engine: ForwardBatch: item %d: sequence of another model", i)
@@ -256,8 +267,12 @@ func (m *Model) ForwardBatch(items []BatchItem) error {
 				}
 			}
 		}
-		if len(it.Logits) < rows*V {
+		if len(it.Logits) < rows*V && !it.HiddenOnly {
 			it.Logits = make([]float32, rows*V)
+		}
+		var logits []float32
+		if !it.HiddenOnly {
+			logits = it.Logits[:rows*V]
 		}
 		var hidden []float32
 		if it.WantHidden {
@@ -276,8 +291,9 @@ func (m *Model) ForwardBatch(items []BatchItem) error {
 				Slots:       slots,
 				Parents:     it.Parents,
 				LogitsRows:  it.LogitsRows,
-				Logits:      it.Logits[:rows*V],
+				Logits:      logits,
 				Hidden:      hidden,
+				HiddenOnly:  it.HiddenOnly,
 				Sample:      it.Sample,
 			}}
 			plans[i].scatter = [][]int{nil}
@@ -298,7 +314,9 @@ func (m *Model) ForwardBatch(items []BatchItem) error {
 		s := it.Seq
 		for r, sc := range plans[i].scatter {
 			for k, row := range sc {
-				copy(it.Logits[row*V:(row+1)*V], plans[i].reqs[r].Logits[k*V:(k+1)*V])
+				if !it.HiddenOnly {
+					copy(it.Logits[row*V:(row+1)*V], plans[i].reqs[r].Logits[k*V:(k+1)*V])
+				}
 				if it.WantHidden {
 					copy(it.Hidden[row*H:(row+1)*H], plans[i].reqs[r].Hidden[k*H:(k+1)*H])
 				}
@@ -385,7 +403,10 @@ func (m *Model) treeRequests(s *Sequence, it *BatchItem, pos, slots []int32) ([]
 		}
 	}
 	for g, r := range reqs {
-		r.Logits = make([]float32, len(scatter[g])*V)
+		r.HiddenOnly = it.HiddenOnly
+		if !it.HiddenOnly {
+			r.Logits = make([]float32, len(scatter[g])*V)
+		}
 		if it.WantHidden {
 			r.Hidden = make([]float32, len(scatter[g])*m.Config.HiddenSize)
 		}

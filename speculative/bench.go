@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/specgate/specgate/engine"
@@ -64,6 +65,7 @@ func DefaultBenchModes() []BenchMode {
 	return []BenchMode{
 		{Name: "plain"},
 		{Name: "chain k=2", Config: &Config{Method: MethodChain, K: 2}},
+		{Name: "chain k=3", Config: &Config{Method: MethodChain, K: 3}},
 		{Name: "chain k=4", Config: &Config{Method: MethodChain, K: 4}},
 		{Name: "chain k=6", Config: &Config{Method: MethodChain, K: 6}},
 		{Name: "tree [2,2,1] n<=8", Config: &Config{Method: MethodTree, K: 4, Branching: []int{2, 2, 1}, Budget: 8}},
@@ -102,6 +104,12 @@ type BenchRow struct {
 	Accepted     int
 	Tokens       int
 	Median       time.Duration
+	// CPUSpeedup is the baseline's median process CPU time (user+system)
+	// at the same concurrency over this mode's: on a shared, loaded
+	// machine the work a mode costs, where wall time also measures the
+	// CPU share the run got.
+	CPUSpeedup float64
+	CPUMedian  time.Duration
 }
 
 // Bench decodes every prompt with every mode on target, at each
@@ -162,13 +170,16 @@ func Bench(target, draft *engine.Model, o BenchOptions) ([]BenchRow, error) {
 	for _, c := range conc {
 		crow := make([]BenchRow, len(modes))
 		times := make([][]time.Duration, len(modes))
+		cpus := make([][]time.Duration, len(modes))
 		ref := make([][]int32, len(o.Prompts))
 		for run := range o.Runs {
 			for i, m := range modes {
 				if o.Progress != nil {
 					o.Progress(fmt.Sprintf("concurrency %d, run %d/%d, mode %s", c, run+1, o.Runs, m.Name))
 				}
+				c0 := processCPU()
 				outs, results, dt, err := runConcurrent(engines[i], o, c)
+				cpus[i] = append(cpus[i], processCPU()-c0)
 				if err != nil {
 					return nil, fmt.Errorf("bench mode %q concurrency %d: %w", m.Name, c, err)
 				}
@@ -206,6 +217,8 @@ func Bench(target, draft *engine.Model, o BenchOptions) ([]BenchRow, error) {
 			crow[i].Median = median(times[i])
 			crow[i].TokensPerSec = float64(crow[i].Tokens) / crow[i].Median.Seconds()
 			crow[i].Speedup = crow[0].Median.Seconds() / crow[i].Median.Seconds()
+			crow[i].CPUMedian = median(cpus[i])
+			crow[i].CPUSpeedup = crow[0].CPUMedian.Seconds() / max(crow[i].CPUMedian.Seconds(), 1e-9)
 		}
 		rows = append(rows, crow...)
 	}
@@ -263,15 +276,24 @@ func median(d []time.Duration) time.Duration {
 // FormatBench renders rows as a markdown table.
 func FormatBench(rows []BenchRow) string {
 	var b strings.Builder
-	b.WriteString("| mode | concurrency | τ (tokens/step) | acceptance | proposed | accepted | target steps | tokens/s | speedup vs plain |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| mode | concurrency | τ (tokens/step) | acceptance | proposed | accepted | target steps | tokens/s | speedup vs plain | CPU time vs plain |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		acc := "-"
 		if r.Proposed > 0 {
 			acc = fmt.Sprintf("%.2f", r.Acceptance)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.2f | %s | %d | %d | %d | %.1f | %.2f× |\n",
-			r.Name, r.Concurrency, r.Tau, acc, r.Proposed, r.Accepted, r.Steps, r.TokensPerSec, r.Speedup)
+		fmt.Fprintf(&b, "| %s | %d | %.2f | %s | %d | %d | %d | %.1f | %.2f× | %.2f× |\n",
+			r.Name, r.Concurrency, r.Tau, acc, r.Proposed, r.Accepted, r.Steps, r.TokensPerSec, r.Speedup, r.CPUSpeedup)
 	}
 	return b.String()
+}
+
+// processCPU is the process's user+system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -57,6 +57,18 @@ type Config struct {
 	// forwards and draft levels, none when speculation does not pay. Without
 	// it every request gets its whole draft every step.
 	Adaptive bool
+	// VocabLimit restricts the draft's LM head to its VocabLimit most
+	// frequent tokens (FR-Spec; 0 = the whole vocabulary): the draft never
+	// proposes other tokens, and its forwards skip most of the LM head,
+	// which is two thirds of the shipped draft's weights. Lossless either
+	// way (the target verifies). Needs a backend that forwards hidden rows
+	// only (engine.Model.SupportsHiddenOnly: the CPU backend); elsewhere
+	// the full head is used.
+	VocabLimit int
+	// TokenFrequency is the {"counts": [vocab_size]} file that ranks tokens
+	// for VocabLimit; "" = token_frequency.json in the draft's, else the
+	// target's directory.
+	TokenFrequency string
 }
 
 // defaults returns cfg with zero fields filled in, or an error naming the field.
@@ -103,6 +115,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Width == 0 {
 		c.Width = 6
 	}
+	if c.VocabLimit < 0 {
+		return c, fmt.Errorf("%w: vocab limit %d negative", ErrConfig, c.VocabLimit)
+	}
 	return c, nil
 }
 
@@ -122,7 +137,21 @@ func NewDraft(target, draft *engine.Model, cfg Config) (*Draft, error) {
 	if err := CheckVocab(target, draft); err != nil {
 		return nil, err
 	}
-	return &Draft{target: target, draft: draft, cfg: c, seqs: map[engine.RequestID]*engine.Sequence{}}, nil
+	d := &Draft{target: target, draft: draft, cfg: c, seqs: map[engine.RequestID]*engine.Sequence{}}
+	if c.VocabLimit > 0 && c.VocabLimit < draft.Config.VocabSize && draft.SupportsHiddenOnly() {
+		path, err := frequencyPath(c, target, draft)
+		if err != nil {
+			return nil, err
+		}
+		counts, err := readTokenFrequency(path)
+		if err != nil {
+			return nil, err
+		}
+		if d.head, err = newDraftHead(draft, counts, c.VocabLimit); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	return d, nil
 }
 
 // EngineOptions returns o with d as the engine's proposer: the draft size

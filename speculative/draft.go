@@ -25,6 +25,19 @@ type Draft struct {
 	// rule selects a deliberately wrong way of drafting for sampled
 	// requests (negative controls in the tests). Zero = correct.
 	rule rule
+
+	// head is the restricted LM head (Config.VocabLimit), nil = the draft
+	// model's own logits over the whole vocabulary.
+	head *draftHead
+}
+
+// VocabLimit is the number of tokens the draft proposes from: the
+// restricted head's size, or the vocabulary size.
+func (d *Draft) VocabLimit() int {
+	if d.head != nil {
+		return len(d.head.ids)
+	}
+	return d.draft.Config.VocabSize
 }
 
 var _ engine.Proposer = (*Draft)(nil)
@@ -100,7 +113,7 @@ func (d *Draft) Propose(ctx context.Context, reqs []engine.ProposeRequest) ([]en
 		dr := &draftReq{idx: i, r: r, seq: seq, greedy: r.Params.Temperature <= 0, depth: depth, budget: budget}
 		dr.p = &proposal{tree: &Tree{}, greedy: dr.greedy}
 		work = append(work, dr)
-		items = append(items, engine.BatchItem{Seq: seq, Tokens: rest, LogitsRows: []int32{int32(len(rest) - 1)}})
+		items = append(items, engine.BatchItem{Seq: seq, Tokens: rest, LogitsRows: []int32{int32(len(rest) - 1)}, HiddenOnly: d.head != nil})
 	}
 	if len(work) == 0 {
 		return out, nil
@@ -110,12 +123,14 @@ func (d *Draft) Propose(ctx context.Context, reqs []engine.ProposeRequest) ([]en
 	}
 	work, items = d.forward(work, items)
 	all = append(all, work...)
+	W, rowsOf := d.logits(items)
+	full := d.fullRow()
 	for j, dr := range work {
-		dr.p.q = [][]float64{d.dist(dr.r, items[j].Logits, nil, dr.greedy)}
+		q, pick := d.nodeDist(dr.r, rowsOf[j], full, nil, dr.greedy)
+		dr.p.q, dr.p.picks = [][]float64{q}, []int32{pick}
 		dr.cums = []float64{1}
 		dr.frontier = []int{-1}
 	}
-	V := d.draft.Config.VocabSize
 	for lvl := 1; len(work) > 0; lvl++ {
 		var next []*draftReq
 		items = items[:0]
@@ -129,15 +144,22 @@ func (d *Draft) Propose(ctx context.Context, reqs []engine.ProposeRequest) ([]en
 				}
 				q := p.q[f+1]
 				var toks []int32
-				if dr.greedy || d.rule == ruleTopKChildren {
+				switch {
+				case q == nil: // greedy chain: the argmax only
+					toks = []int32{p.picks[f+1]}
+				case dr.greedy || d.rule == ruleTopKChildren:
 					toks = topN(q, counts[i])
-				} else {
+				default:
 					toks = drawWithoutReplacement(q, counts[i], dr.r.Rand.Float64)
 				}
 				for _, tok := range toks {
 					n := p.tree.Add(tok, int32(f))
-					dr.cums = append(dr.cums, dr.cums[f+1]*q[tok])
-					p.q = append(p.q, nil)
+					c := dr.cums[f+1]
+					if q != nil {
+						c *= q[tok]
+					}
+					dr.cums = append(dr.cums, c)
+					p.q, p.picks = append(p.q, nil), append(p.picks, -1)
 					dr.fresh = append(dr.fresh, n)
 				}
 			}
@@ -151,10 +173,11 @@ func (d *Draft) Propose(ctx context.Context, reqs []engine.ProposeRequest) ([]en
 			break
 		}
 		next, items = d.forward(next, items)
+		W, rowsOf = d.logits(items)
 		for j, dr := range next {
-			rows := items[j].Logits
+			rows := rowsOf[j]
 			for k, n := range dr.fresh {
-				dr.p.q[n+1] = d.dist(dr.r, rows[k*V:(k+1)*V], dr.p.tree.PathTokens(n), dr.greedy)
+				dr.p.q[n+1], dr.p.picks[n+1] = d.nodeDist(dr.r, rows[k*W:(k+1)*W], full, dr.p.tree.PathTokens(n), dr.greedy)
 			}
 			dr.frontier = append(dr.frontier[:0], dr.fresh...)
 		}
@@ -180,10 +203,63 @@ func (d *Draft) Propose(ctx context.Context, reqs []engine.ProposeRequest) ([]en
 func (d *Draft) levelItem(dr *draftReq) engine.BatchItem {
 	t := dr.p.tree
 	if d.cfg.Method == MethodChain {
-		return engine.BatchItem{Seq: dr.seq, Tokens: []int32{t.Tokens[dr.fresh[0]]}}
+		return engine.BatchItem{Seq: dr.seq, Tokens: []int32{t.Tokens[dr.fresh[0]]}, HiddenOnly: d.head != nil}
 	}
 	from := dr.seq.TreeLen()
-	return engine.BatchItem{Seq: dr.seq, Tokens: t.Tokens[from:], Parents: t.Parents[from:]}
+	return engine.BatchItem{Seq: dr.seq, Tokens: t.Tokens[from:], Parents: t.Parents[from:], HiddenOnly: d.head != nil}
+}
+
+// logits returns the row width W (the vocabulary, or the restricted
+// head's size) and each item's logits rows ([rows][W]) after a draft
+// forward: the draft's own logits, or, with a restricted head, one matmul
+// over the hidden rows of all items.
+func (d *Draft) logits(items []engine.BatchItem) (int, [][]float32) {
+	out := make([][]float32, len(items))
+	if d.head == nil {
+		for j := range items {
+			out[j] = items[j].Logits
+		}
+		return d.draft.Config.VocabSize, out
+	}
+	H, W := d.draft.Config.HiddenSize, len(d.head.ids)
+	var x []float32
+	for j := range items {
+		x = append(x, items[j].Hidden...)
+	}
+	all := d.head.project(x, len(x)/H)
+	off := 0
+	for j := range items {
+		n := len(items[j].Hidden) / H * W
+		out[j] = all[off : off+n]
+		off += n
+	}
+	return W, out
+}
+
+// fullRow is a scratch vocabulary-sized row for expanding restricted
+// logits (nil without a restricted head).
+func (d *Draft) fullRow() []float32 {
+	if d.head == nil {
+		return nil
+	}
+	return make([]float32, d.draft.Config.VocabSize)
+}
+
+// nodeDist is dist of a logits row of the draft forward (with a
+// restricted head the row holds the head's logits and is expanded to the
+// vocabulary, -Inf outside the set: probability 0), or, for greedy chains
+// without penalties, which only need the argmax, (nil, the argmax).
+func (d *Draft) nodeDist(r *engine.ProposeRequest, row, full []float32, path []int32, greedy bool) ([]float64, int32) {
+	if greedy && noPenalties(r.Params) && d.cfg.Method == MethodChain {
+		if d.head != nil {
+			return nil, d.head.argmax(row)
+		}
+		return nil, engine.Argmax(row)
+	}
+	if d.head != nil {
+		row = d.head.expand(row, full)
+	}
+	return d.dist(r, row, path, greedy), -1
 }
 
 // forward runs one batched draft forward; when it fails, the items run one

@@ -59,8 +59,15 @@ func greedyModes() map[string]Config {
 		"tree":     {Method: MethodTree, K: 4, Branching: []int{3, 2, 1}, Budget: 10},
 		"dynamic":  {Method: MethodDynamic, K: 5, Width: 3, Budget: 10},
 		"adaptive": {Method: MethodDynamic, K: 5, Width: 3, Budget: 10, Adaptive: true},
+		// the draft's LM head restricted to the 2048 most frequent tokens (FR-Spec)
+		"chain-v2048":   {Method: MethodChain, K: 2, VocabLimit: 2048, TokenFrequency: shippedFrequency},
+		"dynamic-v2048": {Method: MethodDynamic, K: 5, Width: 3, Budget: 10, VocabLimit: 2048, TokenFrequency: shippedFrequency},
 	}
 }
+
+// shippedFrequency ranks the target's tokens by their frequency in its own
+// greedy continuations (shipped with the Medusa heads).
+const shippedFrequency = "../models/specgate-target-medusa/token_frequency.json"
 
 // TestLosslessGreedy: on the shipped pair, speculative greedy output equals
 // plain greedy output token for token, for every mode. Full: 200 prompts x
@@ -68,7 +75,7 @@ func greedyModes() map[string]Config {
 func TestLosslessGreedy(t *testing.T) {
 	target, draft := shippedPair(t)
 	n, maxTok := 200, 128
-	names := []string{"chain", "tree", "dynamic"}
+	names := []string{"chain", "tree", "dynamic", "chain-v2048", "dynamic-v2048"}
 	if testing.Short() {
 		n, maxTok = 10, 32
 		names = append(names, "adaptive")
@@ -151,7 +158,11 @@ func TestLosslessGreedyPenalties(t *testing.T) {
 	e := engine.New(target, engine.Options{})
 	defer e.Close()
 	sp := engine.SamplingParams{PresencePenalty: 0.4, FrequencyPenalty: 0.7}
-	for name, cfg := range greedyModes() {
+	modes := greedyModes()
+	freq := tinyFrequency(t)
+	modes["chain-vocab6"] = Config{Method: MethodChain, K: 3, VocabLimit: 6, TokenFrequency: freq}
+	modes["tree-vocab6"] = Config{Method: MethodTree, K: 3, Branching: []int{3, 2, 1}, Budget: 9, VocabLimit: 6, TokenFrequency: freq}
+	for name, cfg := range modes {
 		d, err := NewDraft(target, draft, cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -14,7 +14,10 @@ type proposal struct {
 	// q[v+1] is the draft distribution ([VocabSize]) at node v (v = -1: the
 	// root) from which v's children were chosen; nil for unexpanded nodes.
 	// Greedy proposals hold the temperature-1 ranking distribution.
-	q      [][]float64
+	q [][]float64
+	// picks[v+1] is the one child token of node v in a greedy chain
+	// (q[v+1] nil: the draft's argmax, no distribution needed), else -1.
+	picks  []int32
 	greedy bool
 }
 
@@ -37,12 +40,7 @@ func noPenalties(p engine.SamplingParams) bool {
 // Greedy chains only need the argmax: they get a one-hot vector.
 func (d *Draft) dist(r *engine.ProposeRequest, row []float32, path []int32, greedy bool) []float64 {
 	if greedy && noPenalties(r.Params) {
-		out := make([]float64, len(row))
-		if d.cfg.Method == MethodChain {
-			out[engine.Argmax(row)] = 1
-			return out
-		}
-		return softmax64(row, out)
+		return softmax64(row, make([]float64, len(row)))
 	}
 	hist := append(append(make([]int32, 0, len(r.Generated)+len(path)), r.Generated...), path...)
 	params := r.Params

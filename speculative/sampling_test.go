@@ -2,6 +2,8 @@ package speculative
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -131,6 +133,11 @@ func samplingCases() []samplingCase {
 			params: engine.SamplingParams{Temperature: 0.8, TopP: 0.95}, n: 100000, minTau: 0.2},
 		{name: "dynamic", cfg: Config{Method: MethodDynamic, K: 3, Width: 3, Budget: 8},
 			params: engine.SamplingParams{Temperature: 1.3, TopK: 8}, n: 100000, minTau: 0.2},
+		// the draft's head restricted to 6 of the 12 tokens (FR-Spec): Q is
+		// zero outside them
+		{name: "chain-vocab6", cfg: Config{Method: MethodChain, K: 3, VocabLimit: 6}, params: engine.SamplingParams{Temperature: 1}, n: 100000, minTau: 0.1},
+		{name: "dynamic-vocab6", cfg: Config{Method: MethodDynamic, K: 3, Width: 3, Budget: 8, VocabLimit: 6},
+			params: engine.SamplingParams{Temperature: 0.8, TopP: 0.95, PresencePenalty: 0.5}, n: 100000, minTau: 0.1},
 		{name: "wrong-topk-children", cfg: Config{Method: MethodTree, K: 3, Branching: []int{3, 2, 1}, Budget: 9},
 			params: engine.SamplingParams{Temperature: 0.8, TopP: 0.95}, rule: ruleTopKChildren, n: 30000, lossy: true},
 	}
@@ -167,9 +174,15 @@ func TestLosslessSampling(t *testing.T) {
 			if tv < 0.2 {
 				t.Fatalf("draft too close to the target (TV %.3f): the test would not exercise rejection", tv)
 			}
+			if c.cfg.VocabLimit > 0 {
+				c.cfg.TokenFrequency = tinyFrequency(t)
+			}
 			d, err := NewDraft(target, draft, c.cfg)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if c.cfg.VocabLimit > 0 && d.VocabLimit() != c.cfg.VocabLimit {
+				t.Fatalf("restricted head of %d tokens, want %d", d.VocabLimit(), c.cfg.VocabLimit)
 			}
 			d.rule = c.rule
 			c1, c3, tau := specSamples(t, d, target, prompt, c.params, n, uint64(100+i))
@@ -192,4 +205,15 @@ func TestLosslessSampling(t *testing.T) {
 			}
 		})
 	}
+}
+
+// tinyFrequency writes token frequencies for the tiny pair's 12 tokens
+// (an arbitrary ranking, not the models' own) and returns the path.
+func tinyFrequency(t testing.TB) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), TokenFrequencyFile)
+	if err := os.WriteFile(path, []byte(`{"counts": [50, 3, 40, 7, 31, 2, 90, 11, 5, 60, 1, 20]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

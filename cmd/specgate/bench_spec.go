@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -31,8 +32,22 @@ func runBenchSpec(args []string) error {
 	modesFlag := fs.String("modes", "", "comma-separated mode names to run (default all); plain always runs first")
 	medusaDir := fs.String("medusa", "models/specgate-target-medusa", "Medusa heads directory for the medusa rows (\"\" = none)")
 	medusaVocab := fs.Int("medusa-vocab", 2048, "Medusa heads' vocabulary limit (most frequent tokens; 0 = all)")
+	draftVocab := fs.String("draft-vocab", "0", "comma-separated draft LM-head vocabulary limits (FR-Spec: the N most frequent tokens; 0 = all): each draft-model mode runs once per limit, rows named \"MODE v=N\"")
+	draftFreq := fs.String("draft-freq", "models/specgate-target-medusa/token_frequency.json", "token frequencies ({\"counts\": [...]}) ranking the draft's restricted vocabulary")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole benchmark to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	var conc []int
 	for _, f := range strings.Split(*concFlag, ",") {
@@ -42,7 +57,30 @@ func runBenchSpec(args []string) error {
 		}
 		conc = append(conc, c)
 	}
-	modes := speculative.DefaultBenchModes()
+	var limits []int
+	for _, f := range strings.Split(*draftVocab, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 {
+			return fmt.Errorf("bench-spec: --draft-vocab %q: want comma-separated non-negative integers", *draftVocab)
+		}
+		limits = append(limits, n)
+	}
+	var modes []speculative.BenchMode
+	for _, m := range speculative.DefaultBenchModes() {
+		if m.Config == nil {
+			modes = append(modes, m)
+			continue
+		}
+		for _, n := range limits {
+			v := m
+			if n > 0 {
+				c := *m.Config
+				c.VocabLimit, c.TokenFrequency = n, *draftFreq
+				v.Config, v.Name = &c, fmt.Sprintf("%s v=%d", m.Name, n)
+			}
+			modes = append(modes, v)
+		}
+	}
 	if *medusaDir != "" {
 		modes = append(modes, medusaBenchModes(*medusaDir, *medusaVocab)...)
 	}
