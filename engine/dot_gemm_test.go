@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/specgate/specgate/engine/safetensors"
+	"github.com/specgate/specgate/safetensors"
 )
 
 // gemmRef is out[t][o] = sum_k x[t][k]*w[o][k] in float64, with the bound

@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/specgate/specgate/engine/tokenizer"
+	"github.com/specgate/specgate/tokenizer"
 )
 
 // ErrClosed is returned by Generate after Engine.Close.

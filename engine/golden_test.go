@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specgate/specgate/engine/safetensors"
+	"github.com/specgate/specgate/safetensors"
 )
 
 // golden is engine/testdata/hf/<case>/golden.json, written by the HF

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/specgate/specgate/engine/safetensors"
+	"github.com/specgate/specgate/safetensors"
 )
 
 // workers is the process-wide pool that runs parallelFor's chunks: a few

@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/specgate/specgate/engine/model"
-	"github.com/specgate/specgate/engine/tokenizer"
+	"github.com/specgate/specgate/tokenizer"
 )
 
 // LayerWeights are one decoder layer's typed weights (model.Layer).

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specgate/specgate/engine/tokenizer"
+	"github.com/specgate/specgate/tokenizer"
 )
 
 // TestShippedModelGenerate: the shipped target, with its tokenizer and chat

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specgate/specgate/engine/tokenizer"
+	"github.com/specgate/specgate/tokenizer"
 )
 
 // charTokenizer is a 61-token character-level tokenizer (one char per id).

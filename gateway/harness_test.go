@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/specgate/specgate/engine"
-	"github.com/specgate/specgate/engine/tokenizer"
+	"github.com/specgate/specgate/tokenizer"
 )
 
 // byteTokenizer is a test tokenizer: one id per byte, BOS = 256, no chat

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/specgate/specgate/engine"
-	"github.com/specgate/specgate/engine/tokenizer"
+	"github.com/specgate/specgate/tokenizer"
 )
 
 // endpoint distinguishes the two generation APIs.

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/specgate/specgate/cache"
-	"github.com/specgate/specgate/engine/tokenizer"
+	"github.com/specgate/specgate/tokenizer"
 )
 
 // The one normalisation of a chat request's messages. Every consumer reads

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/specgate/specgate/cache"
-	"github.com/specgate/specgate/engine/tokenizer"
+	"github.com/specgate/specgate/tokenizer"
 )
 
 // templateTokenizer records the messages the chat template was given.

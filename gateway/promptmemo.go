@@ -4,7 +4,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/specgate/specgate/engine/tokenizer"
+	"github.com/specgate/specgate/tokenizer"
 )
 
 // promptMemo remembers the prompt tokens of recent chat requests per local

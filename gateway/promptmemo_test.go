@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/specgate/specgate/engine/tokenizer"
+	"github.com/specgate/specgate/tokenizer"
 )
 
 // TestPromptMemo: memoized prompts equal renderPrompt's (with the shipped

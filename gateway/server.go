@@ -28,7 +28,7 @@ import (
 
 	"github.com/specgate/specgate/cache"
 	"github.com/specgate/specgate/engine"
-	"github.com/specgate/specgate/engine/tokenizer"
+	"github.com/specgate/specgate/tokenizer"
 )
 
 // Tokenizer is what the gateway needs from a local model's tokenizer

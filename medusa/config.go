@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/specgate/specgate/engine"
-	"github.com/specgate/specgate/engine/safetensors"
+	"github.com/specgate/specgate/safetensors"
 )
 
 // Spec is a Medusa setting as configured: the YAML

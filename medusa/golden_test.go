@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/specgate/specgate/engine"
-	"github.com/specgate/specgate/engine/safetensors"
+	"github.com/specgate/specgate/safetensors"
 )
 
 // The golden files in testdata/golden were written by tools/medusa_golden.py

@@ -41,7 +41,7 @@ import (
 	"strings"
 
 	"github.com/specgate/specgate/engine"
-	"github.com/specgate/specgate/engine/safetensors"
+	"github.com/specgate/specgate/safetensors"
 )
 
 // ErrFormat is wrapped by every error about a malformed heads directory;

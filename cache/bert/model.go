@@ -5,10 +5,8 @@
 // encoder, mean-pooled over the attention mask and L2-normalized; the
 // Encoder implements cache.Embedder.
 //
-// The weights are read with package engine/safetensors. DESIGN.md forbids
-// cache importing engine; engine/safetensors is a leaf utility package (it
-// imports nothing of ours), so this one edge is acceptable and creates no
-// cycle: engine never imports cache.
+// The weights are read with package safetensors, a leaf (it imports nothing
+// of ours) shared with the engine; cache still imports nothing of engine.
 //
 // Numerics are float32 (reductions of LayerNorm and softmax in float64),
 // checked against PyTorch on a random-init BertModel in
@@ -27,7 +25,7 @@ import (
 	"sync"
 
 	"github.com/specgate/specgate/cache"
-	"github.com/specgate/specgate/engine/safetensors"
+	"github.com/specgate/specgate/safetensors"
 )
 
 // Sentinel errors.

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specgate/specgate/engine/safetensors"
+	"github.com/specgate/specgate/safetensors"
 )
 
 // tinyConfig is a BERT small enough for a float64 reference in the test.

@@ -26,8 +26,8 @@ import (
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/cuda"
 	"github.com/specgate/specgate/engine/model"
-	"github.com/specgate/specgate/engine/tokenizer"
 	"github.com/specgate/specgate/gateway"
+	"github.com/specgate/specgate/tokenizer"
 )
 
 func init() {

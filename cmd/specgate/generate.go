@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/specgate/specgate/engine"
-	"github.com/specgate/specgate/engine/tokenizer"
+	"github.com/specgate/specgate/tokenizer"
 )
 
 // generateExtension lets another file of this command (speculative

@@ -14,8 +14,8 @@ import (
 	"unsafe"
 
 	"github.com/specgate/specgate/engine"
-	"github.com/specgate/specgate/engine/safetensors"
 	"github.com/specgate/specgate/kernels"
+	"github.com/specgate/specgate/safetensors"
 )
 
 // ErrSlot: a slot index outside [0, NumSlots).

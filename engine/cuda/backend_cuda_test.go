@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/specgate/specgate/engine"
-	"github.com/specgate/specgate/engine/safetensors"
+	"github.com/specgate/specgate/safetensors"
 )
 
 // GPU tests: go test -tags cuda ./engine/cuda. The reference is the

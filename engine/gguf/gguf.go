@@ -31,7 +31,7 @@ import (
 	"strings"
 
 	"github.com/specgate/specgate/engine"
-	"github.com/specgate/specgate/engine/safetensors"
+	"github.com/specgate/specgate/safetensors"
 )
 
 // ErrUnsupported is wrapped by errors about models or tokenizers the

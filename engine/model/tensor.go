@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/specgate/specgate/engine/safetensors"
+	"github.com/specgate/specgate/safetensors"
 )
 
 // DType is the element type of a weight Tensor.

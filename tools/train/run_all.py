@@ -79,7 +79,7 @@ def main():
     G.random_models(os.path.join(exp, "engine/testdata/hf"))
     english = [d for d in docs["english"] if 10 < len(d) < 400]
     strings_common = G.golden_strings(english, docs["go"], ["<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|end_of_text|>"])
-    tdir = os.path.join(exp, "engine/tokenizer/testdata")
+    tdir = os.path.join(exp, "tokenizer/testdata")
     T.save_with_config(tok, os.path.join(tdir, "specgate"), cfg)
     G.tokenizer_golden(tok, os.path.join(tdir, "specgate"), strings_common)
     g2 = T.train_gpt2style(sample[:20000])
