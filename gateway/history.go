@@ -40,6 +40,7 @@ type histSample struct {
 	spec                             map[string][2]float64 // source -> proposed, accepted
 	specSteps, specTokensPerStep     float64
 	specSpeedup                      float64
+	specSaved                        map[string]float64 // source -> estimated seconds saved by speculation
 }
 
 // hist is a cumulative histogram summed over label sets: upper bounds and
@@ -207,6 +208,11 @@ func (s *Server) sample() histSample {
 				x.specTokensPerStep = math.Max(x.specTokensPerStep, v)
 			case "specgate_spec_speedup":
 				x.specSpeedup = math.Max(x.specSpeedup, v)
+			case "specgate_spec_saved_seconds":
+				if x.specSaved == nil {
+					x.specSaved = map[string]float64{}
+				}
+				x.specSaved[label(m, "source")] += v
 			}
 		}
 	}
@@ -254,6 +260,10 @@ type HistoryTotals struct {
 	SpecSpeedup       float64            `json:"spec_speedup"`
 	SpecBySource      map[string]float64 `json:"spec_acceptance_by_source"`
 	SpecProposed      map[string]float64 `json:"spec_proposed_by_source"`
+	// SpecSaved: estimated decode seconds speculation saved, per draft
+	// source (spec_saved.go); SpecSavedSeconds is their sum.
+	SpecSaved        map[string]float64 `json:"spec_saved_seconds_by_source"`
+	SpecSavedSeconds float64            `json:"spec_saved_seconds"`
 }
 
 // History is GET /stats/history.
@@ -312,7 +322,11 @@ func (h *history) build(window time.Duration, now histSample) History {
 	}
 	t := HistoryTotals{Requests: now.requests, Hits: now.hits, GeneratedTokens: now.genTokens, SavedTokens: now.savedTokens,
 		SavedSeconds: now.savedSec, CachedPrompt: now.cachedPrompt, SpecTokensPerStep: now.specTokensPerStep, SpecSpeedup: now.specSpeedup,
-		SpecBySource: map[string]float64{}, SpecProposed: map[string]float64{}}
+		SpecBySource: map[string]float64{}, SpecProposed: map[string]float64{}, SpecSaved: map[string]float64{}}
+	for src, v := range now.specSaved {
+		t.SpecSaved[src] = v
+		t.SpecSavedSeconds += v
+	}
 	if now.requests > 0 {
 		t.HitRate = math.Min(1, now.hits/now.requests)
 	}

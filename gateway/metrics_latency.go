@@ -26,9 +26,10 @@ type latencyMetrics struct {
 // cost: wall time and completion tokens, and speculative decode steps.
 type genTotals struct {
 	seconds, tokens        float64
-	specSteps, specTokens  float64 // steps and tokens of requests that speculated
-	plainSecs, plainTokens float64 // decode time and tokens of requests that did not
-	specSecs, specDecTok   float64 // decode time and tokens (after the first) of requests that speculated
+	specSteps, specTokens  float64            // steps and tokens of requests that speculated
+	plainSecs, plainTokens float64            // decode time and tokens of requests that did not
+	specSecs, specDecTok   float64            // decode time and tokens (after the first) of requests that speculated
+	specSaved              map[string]float64 // per draft source: estimated seconds saved (spec_saved.go)
 }
 
 // Latency histogram buckets: 1 ms to ~65 s, ×2.
@@ -112,6 +113,7 @@ func (l *latencyMetrics) finished(model, outcome string, usage *Usage, e2e, ttft
 			g.specTokens += float64(usage.CompletionTokens)
 			g.specSecs += decode
 			g.specDecTok += float64(max(usage.CompletionTokens-1, 0))
+			g.addSpecSaved(usage, decode)
 		} else if usage.CompletionTokens > 1 {
 			g.plainSecs += decode
 			g.plainTokens += float64(usage.CompletionTokens - 1)
@@ -139,11 +141,13 @@ type speedupCollector struct{ l *latencyMetrics }
 func (c *speedupCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- specTokensPerStepDesc
 	ch <- specSpeedupDesc
+	ch <- specSavedDesc
 }
 
 func (c *speedupCollector) Collect(ch chan<- prometheus.Metric) {
 	c.l.mu.Lock()
 	defer c.l.mu.Unlock()
+	c.l.collectSpecSaved(ch)
 	for m, g := range c.l.gen {
 		if g.specSteps > 0 {
 			ch <- prometheus.MustNewConstMetric(specTokensPerStepDesc, prometheus.GaugeValue, g.specTokens/g.specSteps, m)
