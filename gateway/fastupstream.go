@@ -1,152 +1,192 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"math/rand/v2"
 	"net/http"
-	"sync"
+	"strconv"
 	"time"
 
+	"github.com/gofiber/fiber/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 )
 
-// Buffered (non-streaming) upstream calls go through fastTransport, an
-// http.RoundTripper over fasthttp's client: the request is written and the
-// answer read in the calling goroutine, on pooled connections with pooled
-// buffers. net/http's Transport hands every request to two goroutines per
-// connection (writeLoop, readLoop) and back, which cost more than the rest
-// of the proxy path (docs/cache.md, "Hot paths"). Streams keep net/http:
-// they relay as they read. Retries, status handling and metrics stay in
-// upstream.do, which sees an ordinary *http.Response either way.
+// errFastTransport wraps fasthttp's errors.
+var errFastTransport = errors.New("upstream transport")
+
+// Buffered (non-streaming) upstream calls go straight to fasthttp's client
+// (doFast): the request is written and the answer read in the calling
+// goroutine, on pooled connections with pooled buffers, and the client's
+// body is sent without a copy. net/http's Transport hands every request to
+// two goroutines per connection (writeLoop, readLoop) and back, which cost
+// more than the rest of the proxy path (docs/cache.md, "Hot paths").
+// Streams keep net/http (upstream.do): they relay as they read. Calls
+// through Options.UpstreamTransport (tests) use upstream.do too.
 //
-// One difference: fasthttp cannot abort a request in flight when its
-// context is cancelled (the client hung up); the call then ends at the
-// upstream's answer or at the context's deadline (the upstream timeout), and
-// its result is dropped.
+// One difference: fasthttp cannot abort a request in flight when the
+// client hangs up; the call then ends at the upstream's answer or at the
+// upstream timeout, and its result is dropped (no retry follows).
 
-type bufferedKey struct{}
-
-// withBuffered marks ctx as a buffered upstream call (upstream.do picks the
-// buffered client for it).
-func withBuffered(ctx context.Context) context.Context {
-	return context.WithValue(ctx, bufferedKey{}, true)
-}
-
-// clientFor returns the HTTP client for a call: the buffered one when ctx is
-// marked and one is set.
-func (u *upstream) clientFor(ctx context.Context) *http.Client {
-	if u.buffered != nil && ctx.Value(bufferedKey{}) != nil {
-		return u.buffered
-	}
-	return u.client
-}
-
-type fastTransport struct {
-	c *fasthttp.Client
-}
-
-func newFastTransport(maxBody int) *fastTransport {
-	return &fastTransport{c: &fasthttp.Client{
+func newFastClient(maxBody int) *fasthttp.Client {
+	return &fasthttp.Client{
 		Name:                      "specgate",
 		NoDefaultUserAgentHeader:  true,
 		MaxConnsPerHost:           1024,
-		MaxIdemponentCallAttempts: 1, // upstream.do owns retries
+		MaxIdemponentCallAttempts: 1, // doFast owns retries
 		RetryIf:                   func(*fasthttp.Request) bool { return false },
 		// Idle connections are closed after 4 s, below common server
 		// keep-alive timeouts (Node 5 s, nginx 75 s): net/http silently
 		// retries a request whose reused connection the server had closed,
-		// fasthttp (retries off, upstream.do owns them) would fail it.
+		// fasthttp (retries off, doFast owns them) would fail it.
 		MaxIdleConnDuration:           4 * time.Second,
 		MaxResponseBodySize:           maxBody,
 		DisableHeaderNamesNormalizing: false,
 		DisablePathNormalizing:        true,
 		Dial:                          (&fasthttp.TCPDialer{Concurrency: 0, DNSCacheDuration: time.Minute}).Dial,
-	}}
+	}
 }
 
-// fastBody is the response body: fasthttp's pooled response, released on Close.
-type fastBody struct {
-	r    *bytes.Reader
+// fastCall is a buffered upstream call made directly on the fasthttp
+// client, without net/http's request and response types: the request
+// is built from the client's (its body is the client's body, not a copy),
+// sent and read in the calling goroutine, and the answer stays in
+// fasthttp's pooled response until release. The policy is upstream.do's:
+// retries with backoff for connection errors and 5xx statuses, the timeout
+// bounding all attempts and backoff together, the same metrics and errors.
+//
+// Its only per-request timer is the lazy hang-up watch's: no contexts
+// derived from the server's (each costs a registration under the parent's
+// lock), no header or idle timers (the fasthttp client reads the whole
+// answer within the deadline).
+type fastCall struct {
 	resp *fasthttp.Response
-	once sync.Once
 }
 
-func (b *fastBody) Read(p []byte) (int, error) { return b.r.Read(p) }
-func (b *fastBody) Close() error {
-	b.once.Do(func() { fasthttp.ReleaseResponse(b.resp) })
-	return nil
+// release returns the response to fasthttp's pool; its body is invalid
+// afterwards.
+func (f *fastCall) release() {
+	if f.resp != nil {
+		fasthttp.ReleaseResponse(f.resp)
+		f.resp = nil
+	}
 }
 
-// errFastTransport wraps fasthttp's errors.
-var errFastTransport = errors.New("upstream transport")
-
-func (t *fastTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+// doFast sends body to path with u's policy. gone reports a client that
+// hung up and stop the server shutting down; both end the retries (an
+// attempt in flight cannot be aborted). hdr sets the forwarded headers.
+func (u *upstream) doFast(stop context.Context, gone func() bool, path string, body []byte, hdr func(*fasthttp.RequestHeader), met *metrics) (*fastCall, error) {
+	deadline := time.Now().Add(u.cfg.Timeout)
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	req.SetRequestURI(r.URL.String())
-	req.Header.SetMethod(r.Method)
-	for k, vs := range r.Header {
-		for _, v := range vs {
-			req.Header.Add(k, v)
-		}
+	req.SetRequestURI(u.baseStr + path)
+	req.Header.SetMethod(http.MethodPost)
+	req.Header.SetContentType("application/json")
+	hdr(&req.Header)
+	if u.key != "" {
+		req.Header.Set("Authorization", "Bearer "+u.key)
 	}
-	if r.Body != nil {
-		if _, err := io.Copy(req.BodyWriter(), r.Body); err != nil {
-			return nil, fmt.Errorf("%w: reading request body: %w", errFastTransport, err)
-		}
-		_ = r.Body.Close()
-	}
-	ctx := r.Context()
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
+	req.SetBodyRaw(body)
 	resp := fasthttp.AcquireResponse()
-	var err error
-	if dl, ok := ctx.Deadline(); ok {
-		err = t.c.DoDeadline(req, resp, dl)
-	} else {
-		err = t.c.Do(req, resp)
-	}
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		// Not retryable: the body read fails, as net/http's bounded read does.
+	timedOut := func(last error) (*fastCall, error) {
 		fasthttp.ReleaseResponse(resp)
-		return &http.Response{Status: "200 OK", StatusCode: http.StatusOK, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-			Header: http.Header{}, Body: io.NopCloser(errReader{fmt.Errorf("%w: response exceeds %d bytes", errFastTransport, t.c.MaxResponseBodySize)}),
-			ContentLength: -1, Request: r}, nil
+		return nil, &upstreamErr{name: u.cfg.Name, timeout: true,
+			err: fmt.Errorf("no response within %s (timeout; last error: %w)", u.cfg.Timeout, last)}
 	}
-	if err != nil {
-		fasthttp.ReleaseResponse(resp)
-		if cerr := ctx.Err(); cerr != nil {
-			// The deadline passed or the caller cancelled: report it as
-			// net/http would (upstreamError maps DeadlineExceeded to 504).
-			return nil, cerr
+	for attempt := 0; ; attempt++ {
+		if err := stop.Err(); err != nil {
+			fasthttp.ReleaseResponse(resp)
+			return nil, u.fail(err)
 		}
-		if errors.Is(err, fasthttp.ErrTimeout) {
-			return nil, fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+		err := u.fast.DoDeadline(req, resp, deadline)
+		switch {
+		case errors.Is(err, fasthttp.ErrBodyTooLarge):
+			met.upstreamOutcome(u.cfg.Name, "error").Inc()
+			fasthttp.ReleaseResponse(resp)
+			return nil, u.fail(fmt.Errorf("response exceeds %d bytes", maxUpstreamBody))
+		case err == nil && resp.StatusCode() < 500:
+			met.upstreamOutcome(u.cfg.Name, statusClass(resp.StatusCode())).Inc()
+			return &fastCall{resp: resp}, nil
 		}
-		return nil, fmt.Errorf("%w: %w", errFastTransport, err)
+		var last error
+		if err != nil {
+			met.upstreamOutcome(u.cfg.Name, "error").Inc()
+			if errors.Is(err, fasthttp.ErrTimeout) || !time.Now().Before(deadline) {
+				return timedOut(err)
+			}
+			last = fmt.Errorf("%w: %w", errFastTransport, err)
+		} else {
+			met.upstreamOutcome(u.cfg.Name, statusClass(resp.StatusCode())).Inc()
+			last = fmt.Errorf("status %d", resp.StatusCode())
+		}
+		if attempt >= u.cfg.Retries || gone() {
+			if err == nil {
+				// The last answer is a 5xx: the client gets it as it is.
+				return &fastCall{resp: resp}, nil
+			}
+			fasthttp.ReleaseResponse(resp)
+			return nil, u.fail(last)
+		}
+		met.upstreamTry.WithLabelValues(u.cfg.Name).Inc()
+		delay := u.cfg.Backoff << attempt
+		if delay > 10*time.Second {
+			delay = 10 * time.Second
+		}
+		delay += time.Duration(rand.Int64N(int64(delay)/4 + 1))
+		t := time.NewTimer(min(delay, time.Until(deadline)))
+		select {
+		case <-stop.Done():
+			t.Stop()
+			fasthttp.ReleaseResponse(resp)
+			return nil, u.fail(last)
+		case <-t.C:
+		}
+		if !time.Now().Before(deadline) {
+			return timedOut(last)
+		}
+		resp.Reset()
 	}
-	h := make(http.Header, resp.Header.Len())
-	resp.Header.VisitAll(func(k, v []byte) {
-		h[string(k)] = append(h[string(k)], string(v))
-	})
-	body := resp.Body()
-	return &http.Response{
-		Status:        fmt.Sprintf("%d %s", resp.StatusCode(), http.StatusText(resp.StatusCode())),
-		StatusCode:    resp.StatusCode(),
-		Proto:         "HTTP/1.1",
-		ProtoMajor:    1,
-		ProtoMinor:    1,
-		Header:        h,
-		Body:          &fastBody{r: bytes.NewReader(body), resp: resp},
-		ContentLength: int64(len(body)),
-		Request:       r,
-	}, nil
 }
 
-type errReader struct{ err error }
+// statusClass is "2xx", "4xx", ... for the upstream metrics.
+func statusClass(code int) string {
+	switch code / 100 {
+	case 1:
+		return "1xx"
+	case 2:
+		return "2xx"
+	case 3:
+		return "3xx"
+	case 4:
+		return "4xx"
+	case 5:
+		return "5xx"
+	}
+	return strconv.Itoa(code/100) + "xx"
+}
 
-func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+// fastHeaders sets the client headers passed on to upstreams (the same
+// set as forwardHeaders).
+func fastHeaders(c *fiber.Ctx) func(*fasthttp.RequestHeader) {
+	return func(h *fasthttp.RequestHeader) {
+		if a := c.Request().Header.Peek(fiber.HeaderAccept); len(a) > 0 {
+			h.SetBytesV(fiber.HeaderAccept, a)
+		}
+		if id, ok := c.Locals(localRequestID).(string); ok {
+			h.Set("X-Request-ID", id)
+		}
+		for _, k := range []string{"OpenAI-Organization", "OpenAI-Project"} {
+			if v := c.Request().Header.Peek(k); len(v) > 0 {
+				h.SetBytesV(k, v)
+			}
+		}
+	}
+}
+
+// upstreamOutcome is the specgate_upstream_requests_total counter of one
+// upstream and outcome ("2xx", …, "error").
+func (m *metrics) upstreamOutcome(name, outcome string) prometheus.Counter {
+	return m.upstreamReqs.WithLabelValues(name, outcome)
+}

@@ -463,11 +463,17 @@ func (s *Server) handleModel(c *fiber.Ctx) error {
 	return errModelNotFound(id)
 }
 
-// modelOnly decodes just the model name and stream flag of a body.
+// modelOnly is the first decode of a body: what routing, the checks every
+// request gets and the upstream token reservation need. The token fields
+// stay raw: an upstream judges their values itself.
 type modelOnly struct {
 	Model  string  `json:"model"`
 	Stream *bool   `json:"stream"`
 	User   *string `json:"user"`
+
+	MaxTokens           json.RawMessage `json:"max_tokens"`
+	MaxCompletionTokens json.RawMessage `json:"max_completion_tokens"`
+	N                   json.RawMessage `json:"n"`
 }
 
 // route finds where a model name goes. Exactly one of the results is non-nil
@@ -507,7 +513,7 @@ func (s *Server) handleChat(c *fiber.Ctx) error {
 		return aerr
 	}
 	if ur != nil {
-		if err := s.reserveUpstream(c, ur, body); err != nil {
+		if err := s.reserveUpstream(c, ur, body, &head); err != nil {
 			return err
 		}
 		return s.proxyChat(c, ur, body, head)
@@ -542,7 +548,7 @@ func (s *Server) handleCompletions(c *fiber.Ctx) error {
 		return aerr
 	}
 	if ur != nil {
-		if err := s.reserveUpstream(c, ur, body); err != nil {
+		if err := s.reserveUpstream(c, ur, body, &head); err != nil {
 			return err
 		}
 		return s.proxy(c, ur, "/completions", body, head.Stream != nil && *head.Stream)

@@ -14,9 +14,11 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
 
 	"github.com/specgate/specgate/cache"
 )
@@ -29,8 +31,9 @@ type upstream struct {
 	cfg      UpstreamConfig
 	base     *url.URL
 	key      string
-	client   *http.Client
-	buffered *http.Client // buffered calls (fastupstream.go); nil = client
+	baseStr  string
+	client   *http.Client     // streams, and every call through Options.UpstreamTransport
+	fast     *fasthttp.Client // buffered calls (fastupstream.go); nil with a custom transport
 }
 
 func newUpstream(cfg UpstreamConfig, getenv func(string) string, rt http.RoundTripper) (*upstream, error) {
@@ -38,12 +41,12 @@ func newUpstream(cfg UpstreamConfig, getenv func(string) string, rt http.RoundTr
 	if err != nil {
 		return nil, fmt.Errorf("%w: upstreams %s base_url: %w", ErrConfig, cfg.Name, err)
 	}
-	u := &upstream{cfg: cfg, base: base}
+	u := &upstream{cfg: cfg, base: base, baseStr: base.String()}
 	if cfg.APIKeyEnv != "" {
 		u.key = getenv(cfg.APIKeyEnv)
 	}
 	if rt == nil {
-		u.buffered = &http.Client{Transport: newFastTransport(maxUpstreamBody)}
+		u.fast = newFastClient(maxUpstreamBody)
 		rt = &http.Transport{
 			Proxy:               nil,
 			DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -58,7 +61,7 @@ func newUpstream(cfg UpstreamConfig, getenv func(string) string, rt http.RoundTr
 }
 
 func (u *upstream) url(path string) string {
-	return u.base.String() + path
+	return u.baseStr + path
 }
 
 // retryable reports whether an attempt may be repeated: connection errors
@@ -104,15 +107,7 @@ func (u *upstream) fail(err error) error {
 // or the timeout for the response headers passes. The returned body is
 // bounded by the idle timeout between reads; the caller closes it.
 func (u *upstream) do(parent context.Context, method, path string, body []byte, hdr http.Header, met *metrics) (*http.Response, error) {
-	ctx, cancelCause := context.WithCancelCause(parent)
-	cancel := cancelCause
-	if u.clientFor(parent) == u.buffered {
-		// The buffered (fasthttp) client reads the whole answer within the
-		// context's deadline and cannot be cancelled otherwise.
-		var stop context.CancelFunc
-		ctx, stop = context.WithTimeoutCause(ctx, u.cfg.Timeout, errHeaderTimeout)
-		cancel = func(err error) { cancelCause(err); stop() }
-	}
+	ctx, cancel := context.WithCancelCause(parent)
 	headerTimer := time.AfterFunc(u.cfg.Timeout, func() { cancel(errHeaderTimeout) })
 	failed := func(err error) (*http.Response, error) {
 		headerTimer.Stop()
@@ -139,7 +134,7 @@ func (u *upstream) do(parent context.Context, method, path string, body []byte, 
 		if u.key != "" {
 			req.Header.Set("Authorization", "Bearer "+u.key)
 		}
-		resp, err := u.clientFor(ctx).Do(req)
+		resp, err := u.client.Do(req)
 		if !retryable(resp, err) || attempt >= u.cfg.Retries || ctx.Err() != nil {
 			if err != nil {
 				met.upstreamReqs.WithLabelValues(u.cfg.Name, "error").Inc()
@@ -283,11 +278,13 @@ func (s *Server) proxyChat(c *fiber.Ctx, ur *upstreamRoute, body []byte, head mo
 	var status int
 	var ctype string
 	gen := func(ctx context.Context) ([]byte, float64, error) {
-		st, ct, b, err := s.forwardBuffered(c, ur, "/chat/completions", body)
+		st, ct, b, release, err := s.forwardBuffered(c, ur, "/chat/completions", body)
 		status, ctype = st, ct
 		if err != nil {
 			return nil, 0, err
 		}
+		b = bytes.Clone(b) // kept by the cache
+		release()
 		if st != http.StatusOK {
 			// Not cacheable: hand the upstream's answer back as an error.
 			return nil, 0, &upstreamStatus{status: st, ctype: ct, body: b}
@@ -378,29 +375,42 @@ func (s *Server) upstreamError(c *fiber.Ctx, ur *upstreamRoute, err error) error
 		Message: fmt.Sprintf("Upstream %s failed: %v", ur.up.cfg.Name, cause)}
 }
 
-// forwardBuffered sends body and reads the whole answer (bounded).
-func (s *Server) forwardBuffered(c *fiber.Ctx, ur *upstreamRoute, path string, body []byte) (int, string, []byte, error) {
+// forwardBuffered sends body and reads the whole answer (bounded). The
+// answer's body is valid until release is called (the fasthttp client's
+// pooled response); release is never nil.
+func (s *Server) forwardBuffered(c *fiber.Ctx, ur *upstreamRoute, path string, body []byte) (status int, ctype string, b []byte, release func(), err error) {
+	noop := func() {}
 	out, err := withModel(body, c.Locals(localModel).(string), ur.target)
 	if err != nil {
-		return 0, "", nil, err
+		return 0, "", nil, noop, err
 	}
-	ctx, cancel := context.WithCancel(withBuffered(s.baseCtx))
+	if ur.up.fast != nil {
+		var gone atomic.Bool
+		watch := watchConnLazily(c.Context().Conn(), func() { gone.Store(true) })
+		fc, err := ur.up.doFast(s.baseCtx, gone.Load, path, out, fastHeaders(c), s.met)
+		watch.stop()
+		if err != nil {
+			return 0, "", nil, noop, err
+		}
+		return fc.resp.StatusCode(), string(fc.resp.Header.ContentType()), fc.resp.Body(), fc.release, nil
+	}
+	ctx, cancel := context.WithCancel(s.baseCtx)
 	defer cancel()
 	watch := watchConnLazily(c.Context().Conn(), func() { cancel() })
 	defer watch.stop()
 	resp, err := ur.up.do(ctx, http.MethodPost, path, out, forwardHeaders(c), s.met)
 	if err != nil {
-		return 0, "", nil, err
+		return 0, "", nil, noop, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxUpstreamBody+1))
+	b, err = io.ReadAll(io.LimitReader(resp.Body, maxUpstreamBody+1))
 	if err != nil {
-		return 0, "", nil, &upstreamErr{name: ur.up.cfg.Name, timeout: errors.Is(err, errIdleTimeout), err: fmt.Errorf("reading the body: %w", err)}
+		return 0, "", nil, noop, &upstreamErr{name: ur.up.cfg.Name, timeout: errors.Is(err, errIdleTimeout), err: fmt.Errorf("reading the body: %w", err)}
 	}
 	if len(b) > maxUpstreamBody {
-		return 0, "", nil, ur.up.fail(fmt.Errorf("response exceeds %d bytes", maxUpstreamBody))
+		return 0, "", nil, noop, ur.up.fail(fmt.Errorf("response exceeds %d bytes", maxUpstreamBody))
 	}
-	return resp.StatusCode, resp.Header.Get("Content-Type"), b, nil
+	return resp.StatusCode, resp.Header.Get("Content-Type"), b, noop, nil
 }
 
 // reserveUpstream takes a proxied request's tokens from the caller's
@@ -408,23 +418,19 @@ func (s *Server) forwardBuffered(c *fiber.Ctx, ur *upstreamRoute, path string, b
 // token per 4 bytes of the body, which overestimates) plus max_tokens (or
 // the upstream's default_max_tokens) per choice. The reservation is kept
 // in the request's locals and settled with the upstream's usage.
-func (s *Server) reserveUpstream(c *fiber.Ctx, ur *upstreamRoute, body []byte) error {
-	var p struct {
-		MaxTokens           *int `json:"max_tokens"`
-		MaxCompletionTokens *int `json:"max_completion_tokens"`
-		N                   *int `json:"n"`
-	}
-	_ = json.Unmarshal(body, &p)
+// The fields come from the handler's one decode of the body (modelOnly),
+// kept raw there so that a bad value is the upstream's to reject.
+func (s *Server) reserveUpstream(c *fiber.Ctx, ur *upstreamRoute, body []byte, head *modelOnly) error {
 	maxTok := ur.up.cfg.DefaultMaxTokens
-	if p.MaxCompletionTokens != nil && *p.MaxCompletionTokens > 0 {
-		maxTok = *p.MaxCompletionTokens
+	if v, ok := rawInt(head.MaxCompletionTokens); ok && v > 0 {
+		maxTok = v
 	}
-	if p.MaxTokens != nil && *p.MaxTokens > 0 {
-		maxTok = *p.MaxTokens
+	if v, ok := rawInt(head.MaxTokens); ok && v > 0 {
+		maxTok = v
 	}
 	n := 1
-	if p.N != nil && *p.N > 1 {
-		n = min(*p.N, 128)
+	if v, ok := rawInt(head.N); ok && v > 1 {
+		n = min(v, 128)
 	}
 	res, err := s.reserveTokens(c, len(body)/4+n*maxTok)
 	if err != nil {
@@ -432,6 +438,19 @@ func (s *Server) reserveUpstream(c *fiber.Ctx, ur *upstreamRoute, body []byte) e
 	}
 	c.Locals(localReservation, res)
 	return nil
+}
+
+// rawInt reads a raw JSON value as an int (ok = false: absent, null or
+// not an integer that fits).
+func rawInt(raw json.RawMessage) (int, bool) {
+	if len(raw) == 0 || raw[0] == 'n' {
+		return 0, false
+	}
+	var v int
+	if json.Unmarshal(raw, &v) != nil {
+		return 0, false
+	}
+	return v, true
 }
 
 func reservationOf(c *fiber.Ctx) *reservation {
@@ -475,7 +494,8 @@ func settleBuffered(res *reservation, status int, body []byte) {
 func (s *Server) proxy(c *fiber.Ctx, ur *upstreamRoute, path string, body []byte, stream bool) error {
 	res := reservationOf(c)
 	if !stream {
-		st, ct, b, err := s.forwardBuffered(c, ur, path, body)
+		st, ct, b, release, err := s.forwardBuffered(c, ur, path, body)
+		defer release()
 		settleBuffered(res, st, b)
 		if err != nil {
 			return s.upstreamError(c, ur, err)
@@ -484,7 +504,9 @@ func (s *Server) proxy(c *fiber.Ctx, ur *upstreamRoute, path string, body []byte
 			ct = fiber.MIMEApplicationJSON
 		}
 		c.Set(fiber.HeaderContentType, ct)
-		return c.Status(st).Send(b)
+		c.Status(st)
+		c.Response().SetBody(b) // a copy into fiber's response buffer
+		return nil
 	}
 	out, err := withModel(body, c.Locals(localModel).(string), ur.target)
 	if err != nil {
