@@ -28,12 +28,12 @@ const maxUpstreamBody = 64 << 20
 
 // upstream is one OpenAI-compatible server.
 type upstream struct {
-	cfg      UpstreamConfig
-	base     *url.URL
-	key      string
-	baseStr  string
-	client   *http.Client     // streams, and every call through Options.UpstreamTransport
-	fast     *fasthttp.Client // buffered calls (fastupstream.go); nil with a custom transport
+	cfg     UpstreamConfig
+	base    *url.URL
+	key     string
+	baseStr string
+	client  *http.Client     // streams, and every call through Options.UpstreamTransport
+	fast    *fasthttp.Client // buffered calls (fastupstream.go); nil with a custom transport
 }
 
 func newUpstream(cfg UpstreamConfig, getenv func(string) string, rt http.RoundTripper) (*upstream, error) {
