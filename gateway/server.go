@@ -551,7 +551,7 @@ func (s *Server) handleCompletions(c *fiber.Ctx) error {
 		if err := s.reserveUpstream(c, ur, body, &head); err != nil {
 			return err
 		}
-		return s.proxy(c, ur, "/completions", body, head.Stream != nil && *head.Stream)
+		return s.proxy(c, ur, "/completions", body, head.Stream != nil && *head.Stream, nil)
 	}
 	var req CompletionRequest
 	if err := decodeJSON(body, &req); err != nil {

@@ -28,8 +28,10 @@ type relayResult struct {
 // whole event at a time (an event ends at a blank line), flushing each, so
 // that a stream cut in the middle of an event never leaves half an event
 // for an error event to be glued to. It records [DONE], usage and the
-// reason the relay ended. A partial event at the end is dropped.
-func relaySSE(w *bufio.Writer, r io.Reader) relayResult {
+// reason the relay ended. A partial event at the end is dropped. tee, when
+// not nil, gets every data payload but [DONE] (valid during the call only);
+// without it nothing is parsed but a usage object.
+func relaySSE(w *bufio.Writer, r io.Reader, tee func(data []byte)) relayResult {
 	var res relayResult
 	br := bufio.NewReaderSize(r, 64<<10)
 	var ev []byte
@@ -45,7 +47,7 @@ func relaySSE(w *bufio.Writer, r io.Reader) relayResult {
 		}
 		if err == nil && len(bytes.TrimRight(line, "\r\n")) == 0 {
 			if len(bytes.TrimSpace(ev)) > 0 {
-				res.inspect(ev)
+				res.inspect(ev, tee)
 				if _, werr := w.Write(ev); werr != nil {
 					res.clientGone = true
 					return res
@@ -69,7 +71,7 @@ func relaySSE(w *bufio.Writer, r io.Reader) relayResult {
 }
 
 // inspect reads the data lines of one event.
-func (res *relayResult) inspect(ev []byte) {
+func (res *relayResult) inspect(ev []byte, tee func([]byte)) {
 	for _, line := range bytes.Split(ev, []byte("\n")) {
 		data, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r"), []byte("data:"))
 		if !ok {
@@ -81,6 +83,9 @@ func (res *relayResult) inspect(ev []byte) {
 			continue
 		}
 		res.events++
+		if tee != nil {
+			tee(data)
+		}
 		if bytes.Contains(data, []byte(`"usage"`)) {
 			var u struct {
 				Usage *Usage `json:"usage"`

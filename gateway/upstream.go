@@ -248,33 +248,48 @@ func forwardHeaders(c *fiber.Ctx) http.Header {
 	return h
 }
 
-// proxyChat forwards a chat request to an upstream; non-streaming requests
-// whose body parses go through the response cache.
+// proxyChat forwards a chat request to an upstream through the response
+// cache (when the body parses): JSON answers through cache.Do, streams
+// through the stream flight, teed (cachefront.go). The body is forwarded
+// as sent.
 func (s *Server) proxyChat(c *fiber.Ctx, ur *upstreamRoute, body []byte, head modelOnly) error {
 	stream := head.Stream != nil && *head.Stream
-	if s.cache == nil || stream {
-		return s.proxy(c, ur, "/chat/completions", body, stream)
+	if s.cache == nil {
+		return s.proxy(c, ur, "/chat/completions", body, stream, nil)
 	}
 	var req ChatCompletionRequest
 	if decodeJSON(body, &req) != nil {
-		return s.proxy(c, ur, "/chat/completions", body, false)
+		return s.proxy(c, ur, "/chat/completions", body, stream, nil)
 	}
 	noCache, noStore := cacheControl(c)
 	temp := 1.0
 	if req.Temperature != nil {
 		temp = *req.Temperature
 	}
-	// Everything but the messages and temperature goes into the namespace.
+	// Everything that can change the answer goes into the namespace, as
+	// compact JSON: all fields but the messages (the key), temperature (its
+	// own part of the namespace), model, user and the stream flags (a JSON
+	// answer and a stream share entries).
 	var params map[string]json.RawMessage
 	_ = json.Unmarshal(body, &params)
 	cr := &cache.Request{Tenant: tenantOf(c), Model: head.Model, Temperature: temp, NoCache: noCache, NoStore: noStore,
-		Params: map[string]string{"endpoint": "chat"}}
+		Stream: stream, Params: map[string]string{"endpoint": "chat"}}
 	for k, v := range params {
-		if k != "messages" && k != "temperature" && k != "model" && k != "user" {
-			cr.Params[k] = string(v)
+		switch k {
+		case "messages", "temperature", "model", "user", "stream", "stream_options":
+		default:
+			var b bytes.Buffer
+			if json.Compact(&b, v) == nil {
+				cr.Params[k] = b.String()
+			} else {
+				cr.Params[k] = string(v)
+			}
 		}
 	}
 	cr.System, cr.Messages = cacheMessages(normalizeChat(req.Messages))
+	if stream {
+		return s.proxyChatStream(c, ur, body, cr, req.StreamOptions != nil && req.StreamOptions.IncludeUsage != nil && *req.StreamOptions.IncludeUsage)
+	}
 	var status int
 	var ctype string
 	gen := func(ctx context.Context) ([]byte, float64, error) {
@@ -314,7 +329,7 @@ func (s *Server) proxyChat(c *fiber.Ctx, ur *upstreamRoute, body []byte, head mo
 	default:
 		if n, ok := usedTokens(out); ok {
 			res.settle(n)
-		} else {
+		} else if res != nil {
 			res.settle(res.n)
 		}
 	}
@@ -349,6 +364,78 @@ func (s *Server) proxyChat(c *fiber.Ctx, ur *upstreamRoute, body []byte, head mo
 	}
 	c.Set(fiber.HeaderContentType, ctype)
 	return c.Status(status).Send(out)
+}
+
+// proxyChatStream serves a streamed upstream chat request from the cache
+// when it hits with an answer a stream can replay, else forwards it, teed
+// into the cache.
+func (s *Server) proxyChatStream(c *fiber.Ctx, ur *upstreamRoute, body []byte, cr *cache.Request, includeUsage bool) error {
+	l, err := s.cache.Get(s.baseCtx, cr)
+	if err != nil && !cacheSkipped(err) {
+		s.logger(c).Warn("cache lookup failed", "err", err)
+	}
+	if l.Hit && !plainChat(l.Response) {
+		// Stored from a JSON answer a stream replay would not reproduce
+		// (tool calls, logprobs, …): the upstream answers this one, and it
+		// is not stored over the entry.
+		c.Set(cache.HeaderCache, headerBypass)
+		c.Set(headerBypassReason, "not-replayable")
+		return s.proxy(c, ur, "/chat/completions", body, true, nil)
+	}
+	setCacheHeaders(c, l)
+	if !l.Hit {
+		tee := &streamTee{creq: cr}
+		if l.ID != "" && !cr.NoCache && !cr.NoStore {
+			// Cacheable miss: identical concurrent streams share one
+			// upstream call; followers replay the leader's answer.
+			fl, leader := s.flights.join(l.Namespace + "\x00" + l.ID)
+			if !leader {
+				ctx, cancel := context.WithCancel(s.baseCtx)
+				watch := watchConnLazily(c.Context().Conn(), cancel)
+				shared, ok := fl.wait(ctx)
+				watch.stop()
+				cancel()
+				if ok {
+					return s.replayUpstreamSSE(c, shared, false, includeUsage)
+				}
+				// The leader failed or its client left: forward ourselves.
+			} else {
+				tee.flight = fl
+			}
+		}
+		return s.proxy(c, ur, "/chat/completions", body, true, tee)
+	}
+	if v := viewOf(l); v != nil {
+		if t, ok := v.sseFor(includeUsage); ok {
+			settleUsage(reservationOf(c), v.usage)
+			setSSEHeaders(c)
+			t.write(c, newCompletionID(endpointChat), time.Now().Unix())
+			return nil
+		}
+	}
+	return s.replayUpstreamSSE(c, l.Response, true, includeUsage)
+}
+
+// replayUpstreamSSE streams a stored (hit) or shared answer to an upstream
+// chat stream request.
+func (s *Server) replayUpstreamSSE(c *fiber.Ctx, stored []byte, hit, includeUsage bool) error {
+	id, created := newCompletionID(endpointChat), time.Now().Unix()
+	out, usage := rewriteCached(stored, id, created, hit)
+	settleUsage(reservationOf(c), usage)
+	setSSEHeaders(c)
+	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+		writeReplay(w, out, usage, id, created, includeUsage, true)
+	})
+	return nil
+}
+
+// settleUsage settles a reservation with a replayed answer's usage.
+func settleUsage(res *reservation, u *Usage) {
+	if u != nil {
+		res.settle(u.TotalTokens)
+		return
+	}
+	res.settle(0)
 }
 
 type upstreamStatus struct {
@@ -490,8 +577,11 @@ func settleBuffered(res *reservation, status int, body []byte) {
 
 // proxy forwards body to the upstream at path and relays the answer:
 // buffered, or (stream) relayed event by event as it arrives. Retries
-// happen only before any byte reached the client.
-func (s *Server) proxy(c *fiber.Ctx, ur *upstreamRoute, path string, body []byte, stream bool) error {
+// happen only before any byte reached the client. A stream with a cache
+// request (tee, its lookup missed) is teed into the cache: its chunks are
+// assembled into the chat completion they add up to (chatAssembler), which
+// is stored and handed to the requests waiting on its flight.
+func (s *Server) proxy(c *fiber.Ctx, ur *upstreamRoute, path string, body []byte, stream bool, tee *streamTee) error {
 	res := reservationOf(c)
 	if !stream {
 		st, ct, b, release, err := s.forwardBuffered(c, ur, path, body)
@@ -511,6 +601,7 @@ func (s *Server) proxy(c *fiber.Ctx, ur *upstreamRoute, path string, body []byte
 	out, err := withModel(body, c.Locals(localModel).(string), ur.target)
 	if err != nil {
 		res.settle(0)
+		tee.fail()
 		return errInvalid("", "invalid_json", "We could not parse the JSON body of your request: %v", err)
 	}
 	ctx, cancel := context.WithCancel(s.baseCtx)
@@ -522,9 +613,11 @@ func (s *Server) proxy(c *fiber.Ctx, ur *upstreamRoute, path string, body []byte
 		cancel()
 		s.inflight.Done()
 		res.settle(0)
+		tee.fail()
 		return s.upstreamError(c, ur, err)
 	}
 	if resp.StatusCode != http.StatusOK {
+		tee.fail()
 		defer resp.Body.Close()
 		defer s.inflight.Done()
 		defer cancel()
@@ -551,6 +644,7 @@ func (s *Server) proxy(c *fiber.Ctx, ur *upstreamRoute, path string, body []byte
 		defer cancel()
 		defer resp.Body.Close()
 		if !sse {
+			tee.fail()
 			n, err := copyStream(w, resp.Body, cancel)
 			if err != nil && ctx.Err() == nil {
 				log.Warn("upstream stream broke", "upstream", name, "bytes", n, "err", err)
@@ -558,7 +652,13 @@ func (s *Server) proxy(c *fiber.Ctx, ur *upstreamRoute, path string, body []byte
 			res.settle(prompt + int(n/4))
 			return
 		}
-		r := relaySSE(w, resp.Body)
+		var asm *chatAssembler
+		var onData func([]byte)
+		if tee != nil {
+			asm = &chatAssembler{}
+			onData = asm.add
+		}
+		r := relaySSE(w, resp.Body, onData)
 		switch {
 		case r.usage != nil:
 			res.settle(r.usage.TotalTokens)
@@ -566,6 +666,11 @@ func (s *Server) proxy(c *fiber.Ctx, ur *upstreamRoute, path string, body []byte
 			// No usage chunk (stream_options.include_usage unset): about one
 			// token per content event.
 			res.settle(prompt + r.events)
+		}
+		if r.done && !r.clientGone {
+			tee.store(s, asm)
+		} else {
+			tee.fail()
 		}
 		if r.clientGone || r.done {
 			return
@@ -602,7 +707,7 @@ func (s *Server) handleEmbeddings(c *fiber.Ctx) error {
 	}
 	c.Locals(localModel, head.Model)
 	if ur, ok := s.ups[head.Model]; ok {
-		return s.proxy(c, ur, "/embeddings", body, false)
+		return s.proxy(c, ur, "/embeddings", body, false, nil)
 	}
 	emb, ok := s.embed[head.Model]
 	if !ok {

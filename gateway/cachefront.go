@@ -1,0 +1,244 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"sort"
+
+	"github.com/specgate/specgate/cache"
+)
+
+// The response cache in front of the providers (the local engine and
+// upstreams), JSON answers and streams alike. A request is looked up first
+// (the lookup decides X-Cache and serves hits, pre-rendered: cacheview.go);
+// on a miss:
+//
+//   - JSON answers, local or upstream, run through cache.Do (its
+//     single-flight shares one generation among identical requests and
+//     stores the answer): runJSON, proxyChat;
+//   - streams, local or upstream, join the gateway's stream flight
+//     (streamFlights, run.go) before their provider starts, so that a
+//     follower never starts a generation: the leader streams to its client
+//     and hands the complete answer to the followers (they replay it) and
+//     to the cache. A local stream's answer is rendered from its chunks; an
+//     upstream's stream is teed: its chunks are assembled into the chat
+//     completion they add up to (chatAssembler). The stream's provider must
+//     start before the flight could be the cache's own (its first event or
+//     status decides the HTTP status), which cache.Do cannot express.
+//
+// Streams and JSON answers of one request share cache entries: a stored
+// JSON answer replays as a stream and a stored stream answers JSON.
+
+// streamTee is an upstream stream's way into the cache: the request to store
+// it under and the flight it leads (nil: none). Its methods are safe on a
+// nil tee.
+type streamTee struct {
+	creq   *cache.Request
+	flight *streamFlight
+}
+
+// fail ends the flight without an answer (followers forward themselves).
+func (t *streamTee) fail() {
+	if t != nil {
+		t.flight.finish(nil, false)
+	}
+}
+
+// store hands the assembled answer to the flight and the cache, or fails
+// the flight when the stream was not a cacheable plain answer.
+func (t *streamTee) store(s *Server, a *chatAssembler) {
+	if t == nil {
+		return
+	}
+	b, cost, ok := a.body()
+	if !ok {
+		t.fail()
+		return
+	}
+	t.flight.finish(b, true)
+	if err := s.cache.Put(context.Background(), t.creq, b, cost); err != nil && !cacheSkipped(err) {
+		s.log.Warn("cache store failed", "err", err)
+	}
+}
+
+// chatAssembler collects the chunks of an upstream's chat stream into the
+// chat completion they add up to, for the cache. Only plain text answers
+// are assembled: a chunk with tool calls, function calls, audio, a refusal,
+// logprobs or anything else the gateway's replay would not reproduce makes
+// the stream uncacheable.
+type chatAssembler struct {
+	id, model string
+	created   int64
+	choices   map[int]*assembledChoice
+	usage     *Usage
+	events    int
+	bad       bool
+}
+
+type assembledChoice struct {
+	content []byte
+	finish  string
+}
+
+// upstreamChunk is the part of a chat.completion.chunk the assembler reads;
+// deltas stay raw so that unknown keys are seen.
+type upstreamChunk struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	Model   string `json:"model"`
+	Choices []struct {
+		Index        int                        `json:"index"`
+		Delta        map[string]json.RawMessage `json:"delta"`
+		Logprobs     json.RawMessage            `json:"logprobs"`
+		FinishReason *string                    `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *Usage `json:"usage"`
+}
+
+// add reads one data payload.
+func (a *chatAssembler) add(data []byte) {
+	if a.bad {
+		return
+	}
+	var ch upstreamChunk
+	if json.Unmarshal(data, &ch) != nil || ch.Object != "chat.completion.chunk" {
+		a.bad = true
+		return
+	}
+	a.events++
+	if a.id == "" {
+		a.id, a.model, a.created = ch.ID, ch.Model, ch.Created
+	}
+	if ch.Usage != nil {
+		a.usage = ch.Usage
+	}
+	if a.choices == nil {
+		a.choices = map[int]*assembledChoice{}
+	}
+	for _, c := range ch.Choices {
+		if present(c.Logprobs) || c.Index < 0 || c.Index > 127 {
+			a.bad = true
+			return
+		}
+		ac := a.choices[c.Index]
+		if ac == nil {
+			ac = &assembledChoice{}
+			a.choices[c.Index] = ac
+		}
+		for k, v := range c.Delta {
+			switch k {
+			case "role":
+				var role string
+				if json.Unmarshal(v, &role) != nil || role != "assistant" {
+					a.bad = true
+					return
+				}
+			case "content":
+				if !present(v) {
+					continue
+				}
+				var text string
+				if json.Unmarshal(v, &text) != nil {
+					a.bad = true
+					return
+				}
+				ac.content = append(ac.content, text...)
+			case "refusal":
+				if present(v) {
+					a.bad = true
+					return
+				}
+			default:
+				a.bad = true
+				return
+			}
+		}
+		if c.FinishReason != nil {
+			ac.finish = *c.FinishReason
+		}
+	}
+}
+
+// body returns the assembled chat completion and its cost (completion
+// tokens: the usage's, else one per content event); ok is false when the
+// stream is not cacheable or incomplete (a choice without finish_reason).
+func (a *chatAssembler) body() ([]byte, float64, bool) {
+	if a.bad || len(a.choices) == 0 {
+		return nil, 0, false
+	}
+	idx := make([]int, 0, len(a.choices))
+	for i := range a.choices {
+		idx = append(idx, i)
+	}
+	sort.Ints(idx)
+	resp := ChatCompletion{ID: a.id, Object: "chat.completion", Created: a.created, Model: a.model,
+		SystemFingerprint: systemFingerprint, Usage: a.usage}
+	for k, i := range idx {
+		c := a.choices[i]
+		if i != k || c.finish == "" {
+			return nil, 0, false
+		}
+		resp.Choices = append(resp.Choices, ChatChoice{Index: i, Message: AssistantMsg{Role: "assistant", Content: string(c.content)},
+			FinishReason: c.finish})
+	}
+	b, err := json.Marshal(resp)
+	if err != nil {
+		return nil, 0, false
+	}
+	cost := float64(a.events)
+	if a.usage != nil {
+		cost = float64(a.usage.CompletionTokens)
+	}
+	return b, cost, true
+}
+
+// plainChat reports whether a stored answer is a chat completion whose
+// choices carry nothing but assistant text: those can be replayed as a
+// stream (sseChunks) without losing anything but the fingerprint.
+func plainChat(body []byte) bool {
+	var r struct {
+		Object  string `json:"object"`
+		Choices []struct {
+			Message  map[string]json.RawMessage `json:"message"`
+			Logprobs json.RawMessage            `json:"logprobs"`
+		} `json:"choices"`
+	}
+	if json.Unmarshal(body, &r) != nil || r.Object != "chat.completion" {
+		return false
+	}
+	for _, c := range r.Choices {
+		if present(c.Logprobs) {
+			return false
+		}
+		for k, v := range c.Message {
+			switch k {
+			case "role", "content":
+			case "refusal", "annotations", "tool_calls", "function_call", "audio":
+				if present(v) && string(v) != "[]" {
+					return false
+				}
+			default:
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// writeReplay writes a stored chat or text completion as an SSE stream
+// (the chunks sseChunks makes), for a body writer.
+func writeReplay(w *bufio.Writer, body []byte, usage *Usage, id string, created int64, includeUsage, chat bool) {
+	sw := &sseWriter{w: w}
+	chunks, err := sseChunks(body, usage, id, created, includeUsage, chat)
+	if err != nil {
+		sw.event(err)
+		sw.done()
+		return
+	}
+	for _, ch := range chunks {
+		sw.event(ch)
+	}
+	sw.done()
+}

@@ -1,0 +1,149 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// sseUpstream serves chat streams of fixed chunks (and a JSON answer for
+// stream=false), counting calls per question.
+type sseUpstream struct {
+	calls atomic.Int32
+	delay time.Duration
+}
+
+func (u *sseUpstream) handler(w http.ResponseWriter, r *http.Request) {
+	u.calls.Add(1)
+	var req ChatCompletionRequest
+	if err := decodeJSON(readAll(r), &req); err != nil {
+		http.Error(w, "bad", 400)
+		return
+	}
+	q := req.Messages[len(req.Messages)-1].Content.Text
+	if req.Stream == nil || !*req.Stream {
+		w.Header().Set("Content-Type", "application/json")
+		if strings.Contains(q, "tool") {
+			fmt.Fprint(w, `{"id":"chatcmpl-up","object":"chat.completion","created":1,"model":"up","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`)
+			return
+		}
+		fmt.Fprint(w, `{"id":"chatcmpl-up","object":"chat.completion","created":1,"model":"up","choices":[{"index":0,"message":{"role":"assistant","content":"json answer"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	chunk := func(delta, finish string) {
+		fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-up\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":%s,\"logprobs\":null,\"finish_reason\":%s}]}\n\n", delta, finish)
+		w.(http.Flusher).Flush()
+		time.Sleep(u.delay)
+	}
+	chunk(`{"role":"assistant","content":""}`, "null")
+	if strings.Contains(q, "tool") {
+		chunk(`{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]}`, "null")
+		chunk(`{}`, `"tool_calls"`)
+	} else {
+		for _, part := range []string{"Serendipity ", "is luck ", "in \"finding\" things."} {
+			chunk(fmt.Sprintf(`{"content":%q}`, part), "null")
+		}
+		chunk(`{}`, `"stop"`)
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+func readAll(r *http.Request) []byte {
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := r.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			return []byte(b.String())
+		}
+	}
+}
+
+// Upstream streams go through the cache like local ones: teed into it
+// (assembled into the chat completion they add up to), replayed as
+// streams and as JSON on later hits, shared among identical concurrent
+// streams; answers a replay would not reproduce (tool calls) are neither
+// stored from a stream nor replayed as one.
+func TestUpstreamStreamTeedIntoCache(t *testing.T) {
+	u := &sseUpstream{}
+	up := httptest.NewServer(http.HandlerFunc(u.handler))
+	defer up.Close()
+	cfg := DefaultConfig()
+	cfg.Upstreams = []UpstreamConfig{{Name: "u", BaseURL: up.URL + "/v1", Models: []string{"up"}}}
+	if err := cfg.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, Options{Config: cfg, Cache: newTestCache(t)})
+	url := ts.URL + "/v1/chat/completions"
+	req := func(q string, stream bool) string {
+		return fmt.Sprintf(`{"model":"up","temperature":0,"stream":%v,"messages":[{"role":"user","content":%q}]}`, stream, q)
+	}
+	const want = `Serendipity is luck in "finding" things.`
+
+	r := post(t, url, "", req("What is serendipity?", true), nil)
+	if r.status != 200 || r.xcache != "MISS" || sseContent(t, r.body) != want {
+		t.Fatalf("first stream: %d %q %q", r.status, r.xcache, r.body)
+	}
+	r = post(t, url, "", req("What is serendipity?", true), nil)
+	if r.status != 200 || r.xcache != "HIT-EXACT" || sseContent(t, r.body) != want {
+		t.Fatalf("repeated stream: %d %q %q", r.status, r.xcache, r.body)
+	}
+	r = post(t, url, "", req("What is serendipity?", false), nil)
+	if got, _ := chatContent(t, r.body); r.status != 200 || r.xcache != "HIT-EXACT" || got != want {
+		t.Fatalf("JSON after the stream: %d %q %q", r.status, r.xcache, r.body)
+	}
+	if n := u.calls.Load(); n != 1 {
+		t.Errorf("upstream called %d times, want 1", n)
+	}
+
+	// A stored JSON answer replays as a stream.
+	u.calls.Store(0)
+	post(t, url, "", req("What is a monad?", false), nil)
+	r = post(t, url, "", req("What is a monad?", true), nil)
+	if r.status != 200 || r.xcache != "HIT-EXACT" || sseContent(t, r.body) != "json answer" || u.calls.Load() != 1 {
+		t.Fatalf("stream after JSON: %d %q %q (%d upstream calls)", r.status, r.xcache, r.body, u.calls.Load())
+	}
+
+	// Concurrent identical streams: one upstream call.
+	u.calls.Store(0)
+	u.delay = 20 * time.Millisecond
+	const n = 4
+	replies := make(chan cacheReply, n)
+	for i := 0; i < n; i++ {
+		go func() { replies <- post(t, url, "", req("What is ephemeral?", true), nil) }()
+	}
+	for i := 0; i < n; i++ {
+		r := <-replies
+		if r.status != 200 || r.xcache != "MISS" || sseContent(t, r.body) != want {
+			t.Errorf("concurrent stream %d: %d %q %q", i, r.status, r.xcache, r.body)
+		}
+	}
+	if c := u.calls.Load(); c != 1 {
+		t.Errorf("%d concurrent identical streams made %d upstream calls, want 1", n, c)
+	}
+	u.delay = 0
+
+	// Tool calls: a stream is relayed but not stored; a stored JSON answer
+	// with tool calls is not replayed as a stream.
+	u.calls.Store(0)
+	for i := 0; i < 2; i++ {
+		r := post(t, url, "", req("call a tool", true), nil)
+		if r.status != 200 || r.xcache != "MISS" || !strings.Contains(string(r.body), `"tool_calls"`) {
+			t.Fatalf("tool stream %d: %d %q %q", i, r.status, r.xcache, r.body)
+		}
+	}
+	if c := u.calls.Load(); c != 2 {
+		t.Errorf("tool-call streams: %d upstream calls, want 2 (not stored)", c)
+	}
+	post(t, url, "", req("use a tool", false), nil)
+	r = post(t, url, "", req("use a tool", true), nil)
+	if r.status != 200 || r.xcache != "BYPASS" || !strings.Contains(string(r.body), `"tool_calls"`) {
+		t.Fatalf("stream after a tool-call JSON answer: %d %q %q", r.status, r.xcache, r.body)
+	}
+}
