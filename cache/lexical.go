@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/specgate/specgate/vecmath"
 )
 
 // Lexical is the built-in embedder that needs no model: it hashes word
@@ -175,43 +177,13 @@ func sublinear(w float32) float32 {
 	return 1 + float32(math.Log(float64(w)))
 }
 
-// normalize scales v to unit L2 norm in place (a zero vector stays zero).
-func normalize(v []float32) {
-	var ss float64
-	for _, x := range v {
-		ss += float64(x) * float64(x)
-	}
-	if ss == 0 {
-		return
-	}
-	inv := float32(1 / math.Sqrt(ss))
-	for i := range v {
-		v[i] *= inv
-	}
-}
-
 // Dot returns the dot product of two equal-length vectors (cosine similarity
 // for L2-normalized ones). It panics if the lengths differ.
 func Dot(a, b []float32) float32 {
 	if len(a) != len(b) {
 		panic("cache: Dot of vectors of different length")
 	}
-	var s0, s1, s2, s3 float32
-	i := 0
-	if useAVX2 && len(a) >= 64 {
-		s0 = dotF32AVX2(&a[0], &b[0], len(a))
-		i = len(a) &^ 7
-	}
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return s0 + s1 + s2 + s3
+	return vecmath.Dot(a, b)
 }
 
 var _ Embedder = (*Lexical)(nil)

@@ -26,6 +26,8 @@ import (
 
 	"github.com/specgate/specgate/cache"
 	"github.com/specgate/specgate/safetensors"
+
+	"github.com/specgate/specgate/vecmath"
 )
 
 // Sentinel errors.
@@ -297,7 +299,7 @@ func (m *Model) Forward(ids []int32, mask []int32) ([]float32, error) {
 						scores[j] = float32(math.Inf(-1))
 						continue
 					}
-					scores[j] = dot(qi, k[j*H+off:j*H+off+dh]) * scale
+					scores[j] = vecmath.Dot(qi, k[j*H+off:j*H+off+dh]) * scale
 					mx = max(mx, scores[j])
 				}
 				var sum float64
@@ -398,26 +400,9 @@ func (l *linear) applyRange(dst, src []float32, T, lo, hi int) {
 			ys[o+3] = s3 + l.b[o+3]
 		}
 		for ; o < hi; o++ {
-			ys[o] = dot(xs, l.w[o*in:(o+1)*in]) + l.b[o]
+			ys[o] = vecmath.Dot(xs, l.w[o*in:(o+1)*in]) + l.b[o]
 		}
 	}
-}
-
-// dot is a float32 dot product with 4 independent accumulators.
-func dot(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
 }
 
 // layerNormRows normalizes every row of x [*, H] in place.
@@ -467,19 +452,7 @@ func MeanPool(hidden []float32, mask []int32, H int) []float32 {
 }
 
 // Normalize scales v to unit L2 norm in place (a zero vector stays zero).
-func Normalize(v []float32) {
-	var s float64
-	for _, x := range v {
-		s += float64(x) * float64(x)
-	}
-	n := math.Sqrt(s)
-	if n < 1e-12 {
-		return
-	}
-	for i := range v {
-		v[i] = float32(float64(v[i]) / n)
-	}
-}
+func Normalize(v []float32) { vecmath.Normalize(v) }
 
 // Options configures an Encoder.
 type Options struct {

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/specgate/specgate/cache"
+
+	"github.com/specgate/specgate/vecmath"
 )
 
 // NewStore returns a fresh, empty store for one subtest. The contract closes
@@ -368,7 +370,7 @@ func IndexContract(t *testing.T, newIndex NewIndex) {
 				if i > 0 && m.Score > ms[i-1].Score+1e-6 {
 					t.Fatalf("results not best first: %v", ms)
 				}
-				if want := dot(v, vecs[m.ID]); math.Abs(float64(m.Score-want)) > 1e-3 {
+				if want := vecmath.Dot(v, vecs[m.ID]); math.Abs(float64(m.Score-want)) > 1e-3 {
 					t.Fatalf("score of %s: got %v, want cosine %v", m.ID, m.Score, want)
 				}
 			}
@@ -452,12 +454,4 @@ func IndexContract(t *testing.T, newIndex NewIndex) {
 			t.Errorf("Search after Close: got %v, want ErrClosed", err)
 		}
 	})
-}
-
-func dot(a, b []float32) float32 {
-	var s float32
-	for i := range a {
-		s += a[i] * b[i]
-	}
-	return s
 }

@@ -4,7 +4,6 @@ import (
 	"container/list"
 	"context"
 	"fmt"
-	"math"
 	"sort"
 	"strconv"
 	"sync"
@@ -13,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/specgate/specgate/cache"
+
+	"github.com/specgate/specgate/vecmath"
 )
 
 // Index is a cache.VectorIndex on plain Redis, without RediSearch (Debian's
@@ -381,7 +382,7 @@ func (x *Index) decode(id, s string) ([]float32, error) {
 
 // put inserts or replaces id's row (normalized copy of vec).
 func (c *nsCopy) put(id string, vec []float32, dim, max int) error {
-	normalize(vec)
+	vecmath.Normalize(vec)
 	if i, ok := c.pos[id]; ok {
 		copy(c.vecs[i*dim:(i+1)*dim], vec)
 		return nil
@@ -413,26 +414,12 @@ func (c *nsCopy) remove(id string) {
 	delete(c.pos, id)
 }
 
-func normalize(v []float32) {
-	var s float64
-	for _, x := range v {
-		s += float64(x) * float64(x)
-	}
-	if s == 0 {
-		return
-	}
-	inv := float32(1 / math.Sqrt(s))
-	for i := range v {
-		v[i] *= inv
-	}
-}
-
 // topK is an exact search over row-major vecs [len(ids), dim] (rows
 // normalized): cosine of q against every row, best k first, ties by id.
 func topK(ids []string, vecs []float32, dim int, q []float32, k int) []cache.Match {
 	qn := make([]float32, len(q))
 	copy(qn, q)
-	normalize(qn)
+	vecmath.Normalize(qn)
 	out := make([]cache.Match, 0, min(k, len(ids))+1)
 	less := func(a, b cache.Match) bool { // a ranks before b
 		if a.Score != b.Score {
@@ -441,7 +428,7 @@ func topK(ids []string, vecs []float32, dim int, q []float32, k int) []cache.Mat
 		return a.ID < b.ID
 	}
 	for i, id := range ids {
-		m := cache.Match{ID: id, Score: dot(vecs[i*dim:(i+1)*dim], qn)}
+		m := cache.Match{ID: id, Score: vecmath.Dot(vecs[i*dim:(i+1)*dim], qn)}
 		if len(out) == k && !less(m, out[k-1]) {
 			continue
 		}
@@ -455,21 +442,4 @@ func topK(ids []string, vecs []float32, dim int, q []float32, k int) []cache.Mat
 		}
 	}
 	return out
-}
-
-// dot is a float32 dot product with 4 independent accumulators.
-func dot(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
 }

@@ -1,0 +1,11 @@
+//go:build !amd64
+
+package vecmath
+
+// Off amd64 the portable loops run (useAVX2 is false).
+var useAVX2 = false
+
+func dotF32AVX2(a, b *float32, n int) float32 { panic("vecmath: no AVX2 kernels") }
+func dotI8AVX2(a, b *int8, n int) int32       { panic("vecmath: no AVX2 kernels") }
+
+func prefetchLines(p *int8, n int) {}
