@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -121,19 +120,24 @@ func loadModels(cfg *gateway.Config, log *slog.Logger) ([]*gateway.LocalModel, f
 	for i, mc := range cfg.Models {
 		start := time.Now()
 		lo := engine.LoadOptions{}
-		backend := mc.Backend
 		if mc.KVBlocks > 0 {
 			lo.KVTokens = mc.KVBlocks * engine.DefaultBlockSize
 		}
-		if backend == "cuda" || backend == "auto" {
-			lo.NewBackend = cuda.Factory(cuda.Options{})
+		// One backend selection path (engine/cuda.Select): cpu, cuda, or
+		// auto (CUDA, else the CPU backend).
+		onGPU := mc.Backend == "cuda" || mc.Backend == "auto"
+		nb, err := cuda.Select(mc.Backend, cuda.Options{}, lo.Threads, func(err error) {
+			if onGPU {
+				log.Info("no GPU; using the CPU backend", "model", mc.Name, "reason", err.Error())
+			}
+			onGPU = false
+		})
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("models[%d] %s: %w", i, mc.Name, err)
 		}
+		lo.NewBackend = nb
 		m, err := engine.Load(mc.Path, lo)
-		if err != nil && backend == "auto" && errors.Is(err, engine.ErrBackendMissing) {
-			log.Info("no GPU; using the CPU backend", "model", mc.Name)
-			lo.NewBackend, backend = nil, "cpu"
-			m, err = engine.Load(mc.Path, lo)
-		}
 		if err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("models[%d] %s: path %s: %w", i, mc.Name, mc.Path, err)
@@ -175,7 +179,7 @@ func loadModels(cfg *gateway.Config, log *slog.Logger) ([]*gateway.LocalModel, f
 			}
 			eo.Proposers = append(eo.Proposers, p)
 		}
-		if backend == "cuda" || backend == "auto" { // auto fell back to "cpu" when there is no GPU
+		if onGPU { // false when auto fell back to the CPU backend
 			// multi-step greedy decoding for a lone greedy request: one host
 			// round trip per 8 tokens (docs/cuda.md)
 			eo.DecodeSteps = 8
@@ -198,6 +202,10 @@ func loadModels(cfg *gateway.Config, log *slog.Logger) ([]*gateway.LocalModel, f
 			ContextLength: m.Config.MaxPositions, DefaultMaxTokens: mc.DefaultMaxTokens, KV: m.KV(), Created: created,
 			Drafts: drafts,
 		})
+		backend := "cpu"
+		if onGPU {
+			backend = "cuda"
+		}
 		log.Info("model loaded", "model", mc.Name, "path", mc.Path, "backend", backend, "layers", m.Config.NumLayers,
 			"context", m.Config.MaxPositions, "kv_blocks", m.KV().NumBlocks(), "load_ms", time.Since(start).Milliseconds())
 	}
