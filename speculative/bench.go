@@ -64,6 +64,7 @@ type BenchMode struct {
 func DefaultBenchModes() []BenchMode {
 	return []BenchMode{
 		{Name: "plain"},
+		{Name: "chain k=1", Config: &Config{Method: MethodChain, K: 1}},
 		{Name: "chain k=2", Config: &Config{Method: MethodChain, K: 2}},
 		{Name: "chain k=3", Config: &Config{Method: MethodChain, K: 3}},
 		{Name: "chain k=4", Config: &Config{Method: MethodChain, K: 4}},

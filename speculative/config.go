@@ -237,15 +237,16 @@ func hashFile(path string) ([]byte, error) {
 // lives as long as the process) and returns NewDraft's proposer. An empty
 // draftDir returns (nil, nil): no speculation. k = 0 turns on adaptive
 // speculation with the method's default maximum depth; k > 0 fixes the
-// depth (chain length) at k.
-func FromFlags(target *engine.Model, draftDir, method string, k int) (*Draft, error) {
+// depth (chain length) at k. vocab and freq are Config.VocabLimit and
+// Config.TokenFrequency (`--draft-vocab N --draft-freq FILE`).
+func FromFlags(target *engine.Model, draftDir, method string, k, vocab int, freq string) (*Draft, error) {
 	if draftDir == "" {
 		return nil, nil
 	}
 	if k < 0 {
 		return nil, fmt.Errorf("%w: --spec-k %d negative", ErrConfig, k)
 	}
-	cfg := Config{Method: Method(method), K: k, Adaptive: k == 0}
+	cfg := Config{Method: Method(method), K: k, Adaptive: k == 0, VocabLimit: vocab, TokenFrequency: freq}
 	if _, err := cfg.withDefaults(); err != nil {
 		return nil, fmt.Errorf("--spec: %w", err)
 	}

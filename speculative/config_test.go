@@ -130,20 +130,48 @@ func TestVocabMismatchShipped(t *testing.T) {
 		t.Fatalf("same tokenizer.json by hash: %v", err)
 	}
 	// FromFlags: no draft, a bad method, the swapped draft.
-	if s, err := FromFlags(target, "", "chain", 4); s != nil || err != nil {
+	if s, err := FromFlags(target, "", "chain", 4, 0, ""); s != nil || err != nil {
 		t.Fatalf("FromFlags without draft: %v, %v", s, err)
 	}
-	if _, err := FromFlags(target, "../models/specgate-draft", "beam", 4); !errors.Is(err, ErrConfig) {
+	if _, err := FromFlags(target, "../models/specgate-draft", "beam", 4, 0, ""); !errors.Is(err, ErrConfig) {
 		t.Fatalf("FromFlags bad method: %v", err)
 	}
-	if _, err := FromFlags(target, dir, "tree", 0); !errors.Is(err, ErrVocabMismatch) {
+	if _, err := FromFlags(target, dir, "tree", 0, 0, ""); !errors.Is(err, ErrVocabMismatch) {
 		t.Fatalf("FromFlags swapped draft: %v", err)
 	}
-	s, err := FromFlags(target, "../models/specgate-draft", "dynamic", 0)
+	s, err := FromFlags(target, "../models/specgate-draft", "dynamic", 0, 0, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c := s.Config(); c.Method != MethodDynamic || !c.Adaptive || c.K != 5 {
 		t.Fatalf("FromFlags config %+v", c)
+	}
+	if s.VocabLimit() != target.Config.VocabSize {
+		t.Fatalf("no vocab limit: drafts from %d tokens", s.VocabLimit())
+	}
+	// a vocabulary limit: without frequencies (none next to the models), a
+	// missing file, a file of another vocabulary, then the shipped one.
+	if _, err := FromFlags(target, "../models/specgate-draft", "chain", 2, 2048, ""); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), TokenFrequencyFile) {
+		t.Fatalf("vocab limit without frequencies: %v", err)
+	}
+	if _, err := FromFlags(target, "../models/specgate-draft", "chain", 2, 2048, filepath.Join(dir, "nope.json")); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "nope.json") {
+		t.Fatalf("missing frequency file: %v", err)
+	}
+	short := filepath.Join(t.TempDir(), "freq.json")
+	if err := os.WriteFile(short, []byte(`{"counts": [1, 2, 3]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := FromFlags(target, "../models/specgate-draft", "chain", 2, 2048, short); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "3 counts") {
+		t.Fatalf("frequencies of another vocabulary: %v", err)
+	}
+	if _, err := NewDraft(target, sameNoTok, Config{VocabLimit: -1}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("negative vocab limit: %v", err)
+	}
+	s, err = FromFlags(target, "../models/specgate-draft", "chain", 2, 2048, shippedFrequency)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.VocabLimit() != 2048 {
+		t.Fatalf("vocab limit 2048: drafts from %d tokens", s.VocabLimit())
 	}
 }

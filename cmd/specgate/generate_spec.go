@@ -11,16 +11,18 @@ import (
 // `specgate generate --draft DIR --spec chain|tree|dynamic --spec-k N`:
 // speculative decoding with a draft model, acceptance figures at the end.
 func init() {
-	var draft, method string
-	var k int
+	var draft, method, freq string
+	var k, vocab int
 	registerGenerateExtension(generateExtension{
 		addFlags: func(fs *flag.FlagSet) {
 			fs.StringVar(&draft, "draft", "", "draft model directory (enables speculative decoding)")
 			fs.StringVar(&method, "spec", "chain", "speculation shape: chain | tree | dynamic")
 			fs.IntVar(&k, "spec-k", 0, "chain length / tree depth, every step (0 = adaptive: the engine drafts only what pays)")
+			fs.IntVar(&vocab, "draft-vocab", 0, "restrict the draft's LM head to the N most frequent tokens (FR-Spec; cheaper draft forwards on the CPU; 0 = all)")
+			fs.StringVar(&freq, "draft-freq", "", "token frequencies ({\"counts\": [...]}) for --draft-vocab (default: token_frequency.json in the draft's or the target's directory)")
 		},
 		build: func(target *engine.Model, o engine.Options) (engine.Options, error) {
-			d, err := speculative.FromFlags(target, draft, method, k)
+			d, err := speculative.FromFlags(target, draft, method, k, vocab, freq)
 			if err != nil || d == nil {
 				return o, err
 			}
