@@ -151,55 +151,9 @@ type UpstreamConfig struct {
 	DefaultMaxTokens int `yaml:"default_max_tokens"`
 }
 
-// CacheConfig is the semantic cache section.
-type CacheConfig struct {
-	Enabled  *bool  `yaml:"enabled"`  // default true
-	Store    string `yaml:"store"`    // sqlite|redis
-	Index    string `yaml:"index"`    // hnsw|milvus|redis
-	Embedder string `yaml:"embedder"` // lexical|bert|upstream
-
-	SQLite struct {
-		Path string `yaml:"path"` // default DATA_DIR/cache.db
-	} `yaml:"sqlite"`
-	Redis struct {
-		Addr        string `yaml:"addr"`
-		PasswordEnv string `yaml:"password_env"`
-		DB          int    `yaml:"db"`
-		// ReadTimeout bounds a cache read (lookup, vector search) and
-		// WriteTimeout a write (store, touch, delete); default 50ms and
-		// 250ms. A Redis that does not answer in time is a cache miss.
-		ReadTimeout  time.Duration `yaml:"read_timeout"`
-		WriteTimeout time.Duration `yaml:"write_timeout"`
-		// BreakerFailures consecutive failures (default 3) open the circuit
-		// breaker: the cache stops calling Redis (requests are served as
-		// misses) and probes it again every BreakerCooldown (default 1s).
-		BreakerFailures int           `yaml:"breaker_failures"`
-		BreakerCooldown time.Duration `yaml:"breaker_cooldown"`
-	} `yaml:"redis"`
-	Milvus struct {
-		Addr       string `yaml:"addr"`
-		Collection string `yaml:"collection"`
-	} `yaml:"milvus"`
-	Bert struct {
-		Path string `yaml:"path"`
-	} `yaml:"bert"`
-	UpstreamEmbedder struct {
-		BaseURL   string `yaml:"base_url"`
-		APIKeyEnv string `yaml:"api_key_env"`
-		Model     string `yaml:"model"`
-		Dim       int    `yaml:"dim"` // vector length the model returns
-	} `yaml:"upstream_embedder"`
-	// EmbeddingModel is the model name under which /v1/embeddings serves
-	// the cache's embedder (default "specgate-embed").
-	EmbeddingModel string `yaml:"embedding_model"`
-
-	// Pipeline is the cache package's own configuration: default and
-	// per-tenant thresholds, TTL, capacity and policy, key mode, guard.
-	Pipeline cache.Config `yaml:",inline"`
-}
-
-// CacheEnabled reports whether the cache is on (default true).
-func (c *CacheConfig) CacheEnabled() bool { return c.Enabled == nil || *c.Enabled }
+// CacheConfig is the `cache:` section, owned by the cache package
+// (cache.Section: its fields, defaults and validation).
+type CacheConfig = cache.Section
 
 // DefaultModelPath is the shipped target model, served when no config names a model.
 const DefaultModelPath = "models/specgate-target"
@@ -273,40 +227,7 @@ func (c *Config) applyDefaults() {
 			u.DefaultMaxTokens = 1024
 		}
 	}
-	cc := &c.Cache
-	if cc.Store == "" {
-		cc.Store = "sqlite"
-	}
-	// The same defaults as redisstore.GuardOptions, spelled out so that
-	// `specgate config default` shows them.
-	r := &cc.Redis
-	if r.ReadTimeout == 0 {
-		r.ReadTimeout = 50 * time.Millisecond
-	}
-	if r.WriteTimeout == 0 {
-		r.WriteTimeout = 250 * time.Millisecond
-	}
-	if r.BreakerFailures == 0 {
-		r.BreakerFailures = 3
-	}
-	if r.BreakerCooldown == 0 {
-		r.BreakerCooldown = time.Second
-	}
-	if cc.Index == "" {
-		cc.Index = "hnsw"
-	}
-	if cc.Embedder == "" {
-		cc.Embedder = "lexical"
-	}
-	if cc.EmbeddingModel == "" {
-		cc.EmbeddingModel = "specgate-embed"
-	}
-	if cc.Pipeline.Default.Threshold == 0 {
-		cc.Pipeline.Default.Threshold = cache.DefaultThreshold
-	}
-	if cc.Pipeline.Default.Policy == "" {
-		cc.Pipeline.Default.Policy = "lru"
-	}
+	c.Cache.ApplyDefaults()
 }
 
 // LoadConfig reads and validates a YAML config file, then applies the
@@ -413,126 +334,162 @@ func ParseAPIKeys(s string) ([]KeyConfig, error) {
 	return out, nil
 }
 
-// Validate checks cross-field rules and names the offending key.
+// Validate checks cross-field rules and names the offending key. Each
+// section is checked by its owner: the server, models, upstreams and auth
+// sections here, the cache section by package cache.
 func (c *Config) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
-	}
-	if _, _, err := net.SplitHostPort(c.Server.Addr); err != nil {
-		return bad("server.addr %q: want HOST:PORT", c.Server.Addr)
-	}
-	if c.Server.MaxBodyBytes < 1024 {
-		return bad("server.max_body_bytes %d: must be at least 1024", c.Server.MaxBodyBytes)
-	}
-	if c.Server.MaxN < 1 || c.Server.MaxN > 128 {
-		return bad("server.max_n %d: must be in [1,128]", c.Server.MaxN)
-	}
-	switch c.Server.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		return bad("server.log_level %q: want debug|info|warn|error", c.Server.LogLevel)
-	}
-	switch c.Server.LogFormat {
-	case "json", "text":
-	default:
-		return bad("server.log_format %q: want json|text", c.Server.LogFormat)
-	}
-	if err := c.Server.CORS.validate(); err != nil {
+	if err := c.Server.validate(); err != nil {
 		return err
 	}
 	names := map[string]string{}
 	claim := func(name, where string) error {
 		if name == "" {
-			return bad("%s: empty model name", where)
+			return badConfig("%s: empty model name", where)
 		}
 		if prev, dup := names[name]; dup {
-			return bad("%s: model name %q already used by %s", where, name, prev)
+			return badConfig("%s: model name %q already used by %s", where, name, prev)
 		}
 		names[name] = where
 		return nil
 	}
-	for i, m := range c.Models {
-		where := fmt.Sprintf("models[%d]", i)
-		if err := claim(m.Name, where+".name"); err != nil {
+	for i := range c.Models {
+		if err := c.Models[i].validate(fmt.Sprintf("models[%d]", i), claim); err != nil {
 			return err
 		}
-		for j, a := range m.Aliases {
-			if err := claim(a, fmt.Sprintf("%s.aliases[%d]", where, j)); err != nil {
-				return err
-			}
-		}
-		if m.Path == "" {
-			return bad("%s.path: required", where)
-		}
-		switch m.Backend {
-		case "cpu", "cuda", "auto":
-		default:
-			return bad("%s.backend %q: want cpu|cuda|auto", where, m.Backend)
-		}
-		switch m.Speculative.Method {
-		case "none":
-		case "draft":
-			if m.Draft == "" {
-				return bad("%s.draft: required for speculative.method %s", where, m.Speculative.Method)
-			}
-		case "medusa":
-			if m.MedusaHeads() == "" {
-				return bad("%s.speculative.heads: required for speculative.method medusa (the Medusa heads directory)", where)
-			}
-			if m.Speculative.VocabLimit < 0 {
-				return bad("%s.speculative.vocab_limit %d: must be >= 0", where, m.Speculative.VocabLimit)
-			}
-		default:
-			return bad("%s.speculative.method %q: want none|draft|medusa", where, m.Speculative.Method)
-		}
-		if m.Speculative.K < 0 || m.Speculative.K > 64 {
-			return bad("%s.speculative.k %d: must be in [0,64]", where, m.Speculative.K)
-		}
-		if m.DefaultMaxTokens < 0 {
-			return bad("%s.default_max_tokens %d: must be >= 0", where, m.DefaultMaxTokens)
-		}
-		if d := m.Drafts; d.NearMissBand > 1 || d.NearMissBand != d.NearMissBand || d.MaxBytes < 0 || d.Budget < 0 || d.Budget > 256 {
-			return bad("%s.drafts: near_miss_band %v must be <= 1, max_bytes %d >= 0, budget %d in [0,256]", where, d.NearMissBand, d.MaxBytes, d.Budget)
+	}
+	for i := range c.Upstreams {
+		if err := c.Upstreams[i].validate(fmt.Sprintf("upstreams[%d]", i), claim); err != nil {
+			return err
 		}
 	}
-	for i, u := range c.Upstreams {
-		where := fmt.Sprintf("upstreams[%d]", i)
-		if u.Name == "" {
-			return bad("%s.name: required", where)
+	if err := c.Auth.validate(); err != nil {
+		return err
+	}
+	if err := c.Cache.Validate(); err != nil {
+		var se *cache.SectionError
+		if errors.As(err, &se) {
+			return badConfig("cache.%s", se.Error())
 		}
-		pu, err := url.Parse(u.BaseURL)
-		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
-			return bad("%s.base_url %q: want http(s)://host[/path]", where, u.BaseURL)
-		}
-		if len(u.Models) == 0 && len(u.Aliases) == 0 {
-			return bad("%s.models: list at least one model", where)
-		}
-		for j, m := range u.Models {
-			if err := claim(m, fmt.Sprintf("%s.models[%d]", where, j)); err != nil {
-				return err
-			}
-		}
-		for a, target := range u.Aliases {
-			if err := claim(a, fmt.Sprintf("%s.aliases.%s", where, a)); err != nil {
-				return err
-			}
-			if target == "" {
-				return bad("%s.aliases.%s: empty target model", where, a)
-			}
-		}
-		if u.Retries < 0 || u.Retries > 10 {
-			return bad("%s.retries %d: must be in [0,10]", where, u.Retries)
-		}
-		if u.Timeout < 0 || u.IdleTimeout < 0 {
-			return bad("%s: timeout and idle_timeout must be > 0", where)
-		}
-		if u.DefaultMaxTokens < 0 {
-			return bad("%s.default_max_tokens %d: must be >= 0", where, u.DefaultMaxTokens)
+		return fmt.Errorf("%w: cache: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+// badConfig is a config error naming its key.
+func badConfig(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+}
+
+func (s *ServerConfig) validate() error {
+	if _, _, err := net.SplitHostPort(s.Addr); err != nil {
+		return badConfig("server.addr %q: want HOST:PORT", s.Addr)
+	}
+	if s.MaxBodyBytes < 1024 {
+		return badConfig("server.max_body_bytes %d: must be at least 1024", s.MaxBodyBytes)
+	}
+	if s.MaxN < 1 || s.MaxN > 128 {
+		return badConfig("server.max_n %d: must be in [1,128]", s.MaxN)
+	}
+	switch s.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return badConfig("server.log_level %q: want debug|info|warn|error", s.LogLevel)
+	}
+	switch s.LogFormat {
+	case "json", "text":
+	default:
+		return badConfig("server.log_format %q: want json|text", s.LogFormat)
+	}
+	return s.CORS.validate()
+}
+
+func (m *ModelConfig) validate(where string, claim func(name, where string) error) error {
+	bad := badConfig
+	if err := claim(m.Name, where+".name"); err != nil {
+		return err
+	}
+	for j, a := range m.Aliases {
+		if err := claim(a, fmt.Sprintf("%s.aliases[%d]", where, j)); err != nil {
+			return err
 		}
 	}
-	tenants := map[string]bool{}
+	if m.Path == "" {
+		return bad("%s.path: required", where)
+	}
+	switch m.Backend {
+	case "cpu", "cuda", "auto":
+	default:
+		return bad("%s.backend %q: want cpu|cuda|auto", where, m.Backend)
+	}
+	switch m.Speculative.Method {
+	case "none":
+	case "draft":
+		if m.Draft == "" {
+			return bad("%s.draft: required for speculative.method %s", where, m.Speculative.Method)
+		}
+	case "medusa":
+		if m.MedusaHeads() == "" {
+			return bad("%s.speculative.heads: required for speculative.method medusa (the Medusa heads directory)", where)
+		}
+		if m.Speculative.VocabLimit < 0 {
+			return bad("%s.speculative.vocab_limit %d: must be >= 0", where, m.Speculative.VocabLimit)
+		}
+	default:
+		return bad("%s.speculative.method %q: want none|draft|medusa", where, m.Speculative.Method)
+	}
+	if m.Speculative.K < 0 || m.Speculative.K > 64 {
+		return bad("%s.speculative.k %d: must be in [0,64]", where, m.Speculative.K)
+	}
+	if m.DefaultMaxTokens < 0 {
+		return bad("%s.default_max_tokens %d: must be >= 0", where, m.DefaultMaxTokens)
+	}
+	if d := m.Drafts; d.NearMissBand > 1 || d.NearMissBand != d.NearMissBand || d.MaxBytes < 0 || d.Budget < 0 || d.Budget > 256 {
+		return bad("%s.drafts: near_miss_band %v must be <= 1, max_bytes %d >= 0, budget %d in [0,256]", where, d.NearMissBand, d.MaxBytes, d.Budget)
+	}
+	return nil
+}
+
+func (u *UpstreamConfig) validate(where string, claim func(name, where string) error) error {
+	bad := badConfig
+	if u.Name == "" {
+		return bad("%s.name: required", where)
+	}
+	pu, err := url.Parse(u.BaseURL)
+	if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+		return bad("%s.base_url %q: want http(s)://host[/path]", where, u.BaseURL)
+	}
+	if len(u.Models) == 0 && len(u.Aliases) == 0 {
+		return bad("%s.models: list at least one model", where)
+	}
+	for j, m := range u.Models {
+		if err := claim(m, fmt.Sprintf("%s.models[%d]", where, j)); err != nil {
+			return err
+		}
+	}
+	for a, target := range u.Aliases {
+		if err := claim(a, fmt.Sprintf("%s.aliases.%s", where, a)); err != nil {
+			return err
+		}
+		if target == "" {
+			return bad("%s.aliases.%s: empty target model", where, a)
+		}
+	}
+	if u.Retries < 0 || u.Retries > 10 {
+		return bad("%s.retries %d: must be in [0,10]", where, u.Retries)
+	}
+	if u.Timeout < 0 || u.IdleTimeout < 0 {
+		return bad("%s: timeout and idle_timeout must be > 0", where)
+	}
+	if u.DefaultMaxTokens < 0 {
+		return bad("%s.default_max_tokens %d: must be >= 0", where, u.DefaultMaxTokens)
+	}
+	return nil
+}
+
+func (a *AuthConfig) validate() error {
+	bad := badConfig
 	keys := map[string]bool{}
-	for i, k := range c.Auth.Keys {
+	for i, k := range a.Keys {
 		where := fmt.Sprintf("auth.keys[%d]", i)
 		if (k.Key == "") == (k.KeyEnv == "") {
 			return bad("%s: set exactly one of key and key_env", where)
@@ -546,52 +503,17 @@ func (c *Config) Validate() error {
 			}
 			keys[k.Key] = true
 		}
-		tenants[k.Tenant] = true
 		if k.Limits != nil {
 			if err := k.Limits.validate(where + ".limits"); err != nil {
 				return err
 			}
 		}
 	}
-	if err := c.Auth.Defaults.validate("auth.defaults"); err != nil {
+	if err := a.Defaults.validate("auth.defaults"); err != nil {
 		return err
 	}
-	if c.Auth.AdminKey != "" && c.Auth.AdminKeyEnv != "" {
+	if a.AdminKey != "" && a.AdminKeyEnv != "" {
 		return bad("auth: set at most one of admin_key and admin_key_env")
-	}
-	cc := &c.Cache
-	switch cc.Store {
-	case "sqlite", "redis":
-	default:
-		return bad("cache.store %q: want sqlite|redis", cc.Store)
-	}
-	switch cc.Index {
-	case "hnsw", "milvus", "redis":
-	default:
-		return bad("cache.index %q: want hnsw|milvus|redis", cc.Index)
-	}
-	switch cc.Embedder {
-	case "lexical", "bert", "upstream":
-	default:
-		return bad("cache.embedder %q: want lexical|bert|upstream", cc.Embedder)
-	}
-	if r := cc.Redis; r.ReadTimeout < 0 || r.WriteTimeout < 0 || r.BreakerFailures < 0 || r.BreakerCooldown < 0 {
-		return bad("cache.redis: read_timeout, write_timeout, breaker_failures and breaker_cooldown must be >= 0")
-	}
-	if cc.Store == "redis" && cc.Redis.Addr == "" {
-		return bad("cache.redis.addr: required for cache.store redis")
-	}
-	if cc.Index == "milvus" && cc.Milvus.Addr == "" {
-		return bad("cache.milvus.addr: required for cache.index milvus")
-	}
-	if cc.Embedder == "bert" && cc.Bert.Path == "" {
-		return bad("cache.bert.path: required for cache.embedder bert")
-	}
-	if cc.Embedder == "upstream" && (cc.UpstreamEmbedder.BaseURL == "" || cc.UpstreamEmbedder.Model == "" || cc.UpstreamEmbedder.Dim <= 0) {
-		return bad("cache.upstream_embedder: base_url, model and dim are required for cache.embedder upstream")
-	}
-	if err := cc.Pipeline.Validate(); err != nil {
-		return fmt.Errorf("%w: cache: %w", ErrConfig, err)
 	}
 	return nil
 }
