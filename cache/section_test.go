@@ -20,7 +20,11 @@ func TestSectionValidate(t *testing.T) {
 		{"redis store needs addr", func(s *Section) { s.Store = "redis" }, "redis.addr"},
 		{"milvus needs addr", func(s *Section) { s.Index = "milvus" }, "milvus.addr"},
 		{"bert needs path", func(s *Section) { s.Embedder = "bert" }, "bert.path"},
-		{"upstream embedder needs dim", func(s *Section) { s.Embedder = "upstream"; s.UpstreamEmbedder.BaseURL = "http://x"; s.UpstreamEmbedder.Model = "m" }, "upstream_embedder"},
+		{"upstream embedder needs dim", func(s *Section) {
+			s.Embedder = "upstream"
+			s.UpstreamEmbedder.BaseURL = "http://x"
+			s.UpstreamEmbedder.Model = "m"
+		}, "upstream_embedder"},
 		{"negative timeout", func(s *Section) { s.Redis.ReadTimeout = -1 }, "redis"},
 	} {
 		s := &Section{}
