@@ -1,24 +1,35 @@
-"""Train Medusa heads for the shipped target (Medusa-1 recipe, self-distillation).
+"""Train Medusa heads for a target (Medusa-1 recipe, self-distillation), several variants at once.
 
-The base model (models/specgate-target) stays frozen. Prompts are cut from our corpus
-(tools/data/prepare.py: Go source, English, chat; 2% of the documents held out; prompts drawn
-50% Go / 30% English / 20% chat by bytes, half of them one line, like the bench prompts); the base
-model continues every prompt greedily, and the heads learn to predict the base model's *own*
-continuation: head k (k = 0..K-1) reads the final-normed hidden row at position t (the row whose
-lm_head output is the token at t+1) and predicts the token at t+k+2. Loss: cross-entropy per
-head, weighted 0.8^k as in the Medusa paper.
+The base model stays frozen. Prompts are cut from our corpus (tools/data/prepare.py: Go source,
+English, chat; 2% of the documents held out; prompts drawn 50% Go / 30% English / 20% chat by bytes,
+half of them one line, like the bench prompts). The base model continues every prompt for up to
+--gen tokens: greedily, and for --sample-frac of the prompts by sampling at --sample-temp (more
+varied contexts). Only the token ids are kept: every training step runs the frozen base over its
+batch (final-normed hidden rows and logits), so the data can be far larger than GPU memory would
+hold as hidden states. Head k (k = 0..K-1) reads the hidden row at position t and learns the base
+model's own greedy choice at t+k+2 given the sequence: argmax of the base logits at row t+k+1
+(for greedy continuations that is the token itself; for sampled ones it is what verification
+would accept after that prefix). Loss per head weighted 0.8^k as in the Medusa paper.
 
-Two head variants are trained side by side on the same batches, both in the Medusa reference
-module structure (nn.ModuleList of nn.Sequential(ResBlock * medusa_num_layers [, Linear])):
-  shared: ResBlocks only; the vocabulary projection is the base model's lm_head (tied
-          embeddings), frozen. This is what we ship (a few MB).
-  own:    ResBlocks + a per-head Linear(hidden, vocab) initialised from lm_head, trainable (the
-          current reference layout; 5 x 8192 x 384 more parameters). Measured for comparison only.
+Variants (--variants, trained side by side on the same batches, each with its own AdamW):
+  s<L>     L distinct ResBlocks per head, vocabulary projection = the base lm_head (frozen,
+           shared): what we ship (a few MB). Hard labels (cross-entropy).
+  s<L>kd   the same with 0.5 CE + 0.5 KL(base distribution at t+k+1 || head) (soft labels).
+  o<L>     L ResBlocks + an own trainable Linear(hidden, vocab) per head initialised from the
+           lm_head (the reference's current layout; 5 x V x H more parameters): for comparison.
+The reference builds a head as [ResBlock(H)] * L (one block repeated); we train L distinct blocks
+(keys {head}.{layer}.linear.*, which the reference's state-dict layout holds either way).
+
+Held-out: every prompt of --exclude-prompts (medusa/testdata/heldout_prompts.txt, the prompts the
+Go side measures tau on) is kept out: no training document contains one of >= 16 characters and no
+training prompt equals one.
 
 usage: PYTHONUNBUFFERED=1 python3 tools/train/medusa.py --corpus corpus.tar.xz \
-          --target models/specgate-target --work /tmp/m [--heads 5] [--max-seconds 150]
-Writes WORK/export/specgate-target-medusa/ (config.json, medusa_lm_head.safetensors,
-token_frequency.json, loss.csv, loss.png, train_summary.json) and WORK/export/heldout_prompts.txt.
+          --target models/specgate-target --work /tmp/m [--variants s1,s2,s2kd,o1] [--max-seconds 200]
+Writes WORK/export/<variant>/ for every shared variant (config.json with a tree tuned on held-out
+continuations, medusa_lm_head.safetensors fp16, token_frequency.json, loss.csv, loss.png,
+train_summary.json), WORK/summary.json, and with --save-gen the generated token ids (for
+tools/train/distill_gen.py).
 """
 import argparse, bisect, csv, json, math, os, random, subprocess, time
 import torch
@@ -29,6 +40,8 @@ from tokenizers import Tokenizer
 from transformers import LlamaForCausalLM
 
 RS = "\n\x1e\n"
+torch.backends.cuda.matmul.allow_tf32 = True
+torch.backends.cudnn.allow_tf32 = True
 
 
 class ResBlock(nn.Module):
@@ -44,10 +57,17 @@ class ResBlock(nn.Module):
         return x + self.act(self.linear(x))
 
 
+def parse_variant(v):
+    own = v.startswith("o")
+    kd = v.endswith("kd")
+    L = int(v[1:-2] if kd else v[1:])
+    return own, L, kd
+
+
 def make_heads(K, L, hidden, vocab, lm_head_weight, own):
     mods = []
     for _ in range(K):
-        layers = [ResBlock(hidden)] * L  # the reference repeats one block L times
+        layers = [ResBlock(hidden) for _ in range(L)]
         if own:
             lin = nn.Linear(hidden, vocab, bias=False)
             lin.weight.data[:] = lm_head_weight
@@ -56,9 +76,51 @@ def make_heads(K, L, hidden, vocab, lm_head_weight, own):
     return nn.ModuleList(mods)
 
 
-def head_logits(heads, i, h, lm_w, own):
-    x = heads[i](h)
-    return x if own else F.linear(x, lm_w)
+def unescape(s):
+    out, i = [], 0
+    while i < len(s):
+        c = s[i]
+        if c == "\\" and i + 1 < len(s):
+            n = s[i + 1]
+            out.append({"n": "\n", "t": "\t", "\\": "\\"}.get(n, "\\" + n))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def read_prompts(path):
+    out = []
+    for line in open(path, encoding="utf-8"):
+        line = line.rstrip("\n")
+        if not line or line.startswith("#") or "\t" not in line:
+            continue
+        out.append(unescape(line.split("\t", 1)[1]))
+    return out
+
+
+def greedy_tree(ranks, n_nodes):
+    """ranks: list of per-position tuples (rank of the label under head k, -1 = beyond max rank).
+    Counts every path prefix up to the first miss; the tree is the n most frequent paths
+    (a child is never more frequent than its parent, ties by depth: parents first). Returns
+    (paths, tau list: expected tokens per step for tree sizes 1..n)."""
+    counts = {}
+    for r in ranks:
+        p = ()
+        for x in r:
+            if x < 0:
+                break
+            p = p + (x,)
+            counts[p] = counts.get(p, 0) + 1
+    order = sorted(counts.items(), key=lambda kv: (-kv[1], len(kv[0]), kv[0]))[:n_nodes]
+    N = max(1, len(ranks))
+    tau, acc, paths = [], 1.0, []
+    for p, c in order:
+        acc += c / N
+        tau.append(acc)
+        paths.append(list(p))
+    return paths, tau
 
 
 def main():
@@ -66,16 +128,24 @@ def main():
     ap.add_argument("--corpus", required=True)
     ap.add_argument("--target", required=True)
     ap.add_argument("--work", required=True)
+    ap.add_argument("--base-name", default="models/specgate-target")
+    ap.add_argument("--exclude-prompts", default="")
+    ap.add_argument("--variants", default="s1,s2,s2kd,o1")
     ap.add_argument("--heads", type=int, default=5)
-    ap.add_argument("--layers", type=int, default=1)
-    ap.add_argument("--gen", type=int, default=128, help="greedy tokens generated per prompt")
-    ap.add_argument("--prompts", type=int, default=49152)
-    ap.add_argument("--gen-batch", type=int, default=2048)
+    ap.add_argument("--gen", type=int, default=128, help="tokens generated per prompt")
+    ap.add_argument("--prompts", type=int, default=300000)
+    ap.add_argument("--val-prompts", type=int, default=4096)
+    ap.add_argument("--gen-batch", type=int, default=8192)
+    ap.add_argument("--sample-frac", type=float, default=0.25)
+    ap.add_argument("--sample-temp", type=float, default=0.8)
     ap.add_argument("--batch", type=int, default=256, help="sequences per training step")
-    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--steps", type=int, default=8000)
     ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--max-seconds", type=float, default=120, help="training-loop budget")
-    ap.add_argument("--gen-seconds", type=float, default=75, help="generation budget")
+    ap.add_argument("--max-seconds", type=float, default=200, help="training-loop budget")
+    ap.add_argument("--gen-seconds", type=float, default=100, help="generation budget")
+    ap.add_argument("--save-gen", default="", help="torch.save the generated ids here (for distill_gen.py)")
+    ap.add_argument("--tree-nodes", type=int, default=64)
+    ap.add_argument("--max-rank", type=int, default=10)
     a = ap.parse_args()
     t0 = time.time()
     dev = "cuda"
@@ -91,6 +161,27 @@ def main():
     rng.shuffle(docs)
     n_val = max(200, len(docs) // 50)
     val_docs, train_docs = docs[:n_val], docs[n_val:]
+    excl = set()
+    if a.exclude_prompts:
+        excl_list = read_prompts(a.exclude_prompts)
+        excl = set(excl_list)
+        # drop every training document that contains a long held-out prompt
+        offs, cat, o = [], [], 0
+        for _, d in train_docs:
+            offs.append(o)
+            cat.append(d)
+            o += len(d) + 1
+        big = "\x00".join(cat)
+        bad = set()
+        for p in excl_list:
+            if len(p) < 16:
+                continue
+            i = big.find(p)
+            while i >= 0:
+                bad.add(bisect.bisect_right(offs, i) - 1)
+                i = big.find(p, i + 1)
+        train_docs = [d for j, d in enumerate(train_docs) if j not in bad]
+        print(f"held-out prompts {len(excl_list)}: dropped {len(bad)} training documents containing one", flush=True)
     tok = Tokenizer.from_file(os.path.join(a.target, "tokenizer.json"))
     bos = tok.token_to_id("<|begin_of_text|>")
     eos = {tok.token_to_id("<|end_of_text|>"), tok.token_to_id("<|im_end|>")}
@@ -101,24 +192,21 @@ def main():
     def by_kind(dset):
         out = {}
         for kind, d in dset:
-            docs, cum = out.setdefault(kind, ([], []))
-            docs.append(d)
+            ds, cum = out.setdefault(kind, ([], []))
+            ds.append(d)
             cum.append((cum[-1] if cum else 0) + len(d))
         return out
 
     def make_prompts(dset, n, r):
-        """n prompts: kind drawn by MIX, then a byte-uniform position in that kind's documents,
-        back to its line start; half are cut at the line's end (like the bench prompts, one line
-        of Go or one sentence), all to 2..48 tokens."""
         kinds = by_kind(dset)
         names = [k for k in MIX if k in kinds]
         texts = []
         for _ in range(n):
             kind = r.choices(names, weights=[MIX[k] for k in names])[0]
-            docs, cum = kinds[kind]
+            ds, cum = kinds[kind]
             pos = r.randrange(cum[-1])
             di = bisect.bisect_right(cum, pos)
-            d = docs[di]
+            d = ds[di]
             off = pos - (cum[di - 1] if di else 0)
             st = d.rfind("\n", 0, off) + 1
             t = d[st:st + 400]
@@ -126,13 +214,19 @@ def main():
                 t = t.strip("\n").split("\n")[0]
             texts.append((kind, t))
         enc = tok.encode_batch([t for _, t in texts], add_special_tokens=False)
-        out = []
+        out, skipped = [], 0
         for (kind, t), e in zip(texts, enc):
             ids = e.ids
             if len(ids) < 2:
                 continue
             L = min(len(ids), r.choice([2, 4, 6, 8, 10, 12, 16, 20, 24, 32, 48]))
-            out.append((kind, [bos] + ids[:L], e.offsets[L - 1][1], t))
+            cut = e.offsets[L - 1][1]
+            if excl and t[:cut] in excl:
+                skipped += 1
+                continue
+            out.append((kind, [bos] + ids[:L], cut, t))
+        if skipped:
+            print(f"skipped {skipped} prompts equal to held-out prompts", flush=True)
         return out
 
     target = LlamaForCausalLM.from_pretrained(a.target, dtype=torch.float32).to(dev).eval()
@@ -142,122 +236,165 @@ def main():
     lm_w = target.lm_head.weight.detach()
 
     @torch.no_grad()
-    def continue_greedy(batch_ids, G):
-        """batch_ids: list of equal-length prompts. Returns [B, P+G] token tensor and the
-        final-normed hidden rows [B, P+G, H] (bf16) of the whole sequence."""
+    def continue_batch(batch_ids, G, temp):
         x = torch.tensor(batch_ids, device=dev)
         out = target(input_ids=x, use_cache=True, logits_to_keep=1)
-        pkv, nxt = out.past_key_values, out.logits[:, -1].argmax(-1)
+
+        def pick(lg):
+            if temp <= 0:
+                return lg.argmax(-1)
+            return torch.multinomial(F.softmax(lg.float() / temp, -1), 1)[:, 0]
+        pkv, nxt = out.past_key_values, pick(out.logits[:, -1])
         toks = [x, nxt[:, None]]
         for _ in range(G - 1):
             out = target(input_ids=nxt[:, None], past_key_values=pkv, use_cache=True)
-            pkv, nxt = out.past_key_values, out.logits[:, -1].argmax(-1)
+            pkv, nxt = out.past_key_values, pick(out.logits[:, -1])
             toks.append(nxt[:, None])
-        seq = torch.cat(toks, 1)
-        hid = target.model(input_ids=seq).last_hidden_state.to(torch.bfloat16)
-        return seq, hid
+        return torch.cat(toks, 1)
 
-    def build(dset, n, r, budget):
+    def build(dset, n, r, budget, sample_frac):
         prompts = make_prompts(dset, n, r)
         by_len = {}
         for p in prompts:
             by_len.setdefault(len(p[1]), []).append(p)
-        seqs, hids, plen = [], [], []
-        t1 = time.time()
         groups = []
         for L, ps in sorted(by_len.items()):
             for i in range(0, len(ps), a.gen_batch):
                 groups.append((L, ps[i:i + a.gen_batch]))
         r.shuffle(groups)
-        kept = []
-        for L, ps in groups:
+        seqs, plen, kept, samp = [], [], [], []
+        t1 = time.time()
+        for gi, (L, ps) in enumerate(groups):
             if time.time() - t1 > budget:
                 print(f"generation budget reached: {len(kept)} of {len(prompts)} prompts", flush=True)
                 break
-            s, h = continue_greedy([p[1] for p in ps], a.gen)
-            seqs.append(s); hids.append(h); plen.append(torch.full((len(ps),), L, device=dev))
+            temp = a.sample_temp if r.random() < sample_frac else 0.0
+            s = continue_batch([p[1] for p in ps], a.gen, temp)
+            seqs.append(s); plen.append(torch.full((len(ps),), L, device=dev))
+            samp.append(torch.full((len(ps),), temp > 0, device=dev))
             kept += ps
-        # pad to one length (prompt lengths differ): right-pad, remember valid length
         T = max(s.size(1) for s in seqs)
         S = torch.zeros(len(kept), T, dtype=torch.int64, device=dev)
-        Hd = torch.zeros(len(kept), T, H, dtype=torch.bfloat16, device=dev)
         n_ = torch.zeros(len(kept), dtype=torch.int64, device=dev)
         i = 0
-        for s, h in zip(seqs, hids):
+        for s in seqs:
             b, t = s.shape
-            S[i:i + b, :t] = s; Hd[i:i + b, :t] = h; n_[i:i + b] = t
+            S[i:i + b, :t] = s; n_[i:i + b] = t
             i += b
         P = torch.cat(plen)
-        # valid length ends at the first EOS generated (the EOS itself is a valid label)
         pos = torch.arange(T, device=dev)[None, :]
         gen_eos = torch.zeros_like(S, dtype=torch.bool)
         for e in eos:
             gen_eos |= (S == e)
         gen_eos &= pos >= P[:, None]
         first = torch.where(gen_eos.any(1), gen_eos.float().argmax(1), n_ - 1)
-        end = first + 1  # exclusive
-        print(f"built {len(kept)} sequences, {int((end - P).sum())} generated tokens in {time.time()-t1:.0f}s", flush=True)
-        return S, Hd, P, end, kept
+        E = first + 1  # exclusive: the valid tokens end at the first generated EOS (included)
+        Sm = torch.cat(samp)
+        print(f"built {len(kept)} sequences ({int(Sm.sum())} sampled), {int((E - P).sum())} generated tokens "
+              f"in {time.time()-t1:.0f}s", flush=True)
+        return S, P, E, Sm, kept
 
-    trng, vrng = random.Random(5), random.Random(6)
-    Sv, Hv, Pv, Ev, vkept = build(val_docs, 4096, vrng, 20)
-    St, Ht, Pt, Et, _ = build(train_docs, a.prompts, trng, a.gen_seconds)
+    vrng, trng = random.Random(6), random.Random(5)
+    Sv, Pv, Ev, Smv, vkept = build(val_docs, a.val_prompts, vrng, 25, 0.0)  # held-out: greedy only
+    St, Pt, Et, Smt, _ = build(train_docs, a.prompts, trng, a.gen_seconds, a.sample_frac)
+    if a.save_gen:
+        torch.save({"St": St.to(torch.int16).cpu(), "Pt": Pt.cpu(), "Et": Et.cpu(), "Sv": Sv.to(torch.int16).cpu(),
+                    "Pv": Pv.cpu(), "Ev": Ev.cpu()}, a.save_gen + ".tmp")
+        os.replace(a.save_gen + ".tmp", a.save_gen)
+        print(f"saved generated ids to {a.save_gen}", flush=True)
     print(f"data ready {time.time()-t0:.0f}s; GPU memory {torch.cuda.memory_allocated()/1e9:.1f} GB", flush=True)
 
-    # token frequency of the base model's own output (FR-Spec style vocabulary restriction)
     pos = torch.arange(St.size(1), device=dev)[None, :]
-    genmask = (pos >= Pt[:, None]) & (pos < Et[:, None])
+    genmask = (pos >= Pt[:, None]) & (pos < Et[:, None]) & ~Smt[:, None]
     counts = torch.bincount(St[genmask], minlength=V).tolist()
 
-    K, Lr = a.heads, a.layers
-    variants = {"shared": make_heads(K, Lr, H, V, lm_w, False).to(dev),
-                "own": make_heads(K, Lr, H, V, lm_w, True).to(dev)}
+    K = a.heads
+    names = [v.strip() for v in a.variants.split(",") if v.strip()]
+    variants = {}
+    for v in names:
+        own, L, kd = parse_variant(v)
+        variants[v] = make_heads(K, L, H, V, lm_w, own).to(dev)
     opts = {k: torch.optim.AdamW(m.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0) for k, m in variants.items()}
     weights = [0.8 ** k for k in range(K)]
 
-    def masks(P, E, T, k):
-        """positions t that train head k: t >= P-1 (the pending token t+1 is generated) and the
-        label t+k+2 < E (inside the greedy continuation, EOS included)."""
-        t = torch.arange(T, device=dev)[None, :]
-        return (t >= (P[:, None] - 1)) & (t + k + 2 < E[:, None])
+    @torch.no_grad()
+    def base_rows(S):
+        hid = target.model(input_ids=S).last_hidden_state
+        return hid, F.linear(hid, lm_w)
 
-    def step_loss(m, own, S, Hd, P, E, train):
-        T = S.size(1)
-        losses, accs = [], []
+    def head_masks(P, E, T):
+        t = torch.arange(T, device=dev)[None, :]
+        return [((t >= (P[:, None] - 1)) & (t + k + 2 < E[:, None]))[:, : T - k - 2] for k in range(K)]
+
+    def head_out(m, own, k, x):
+        y = m[k](x)
+        return y if own else F.linear(y, lm_w)
+
+    def losses_of(v, hid, blog, lab, mks, train, want_rank=False):
+        """Per-head losses (detached when train: each head's weighted loss is back-propagated at
+        once, so only one head's graph is alive at a time) and, with want_rank, the label's rank."""
+        own, L, kd = parse_variant(v)
+        m = variants[v]
+        out, ranks = [], []
         for k in range(K):
-            mk = masks(P, E, T, k)[:, : T - k - 2]
-            h = Hd[:, : T - k - 2][mk]
-            y = S[:, k + 2:][mk]
+            mk = mks[k]
+            T = hid.size(1)
+            h = hid[:, : T - k - 2][mk]
+            y = lab[:, k + 1: T - 1][mk]
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                lg = head_logits(m, k, h.float(), lm_w, own)
+                lg = head_out(m, own, k, h)
             lg = lg.float()
-            losses.append(F.cross_entropy(lg, y))
-            if not train:
-                top = lg.topk(5, -1).indices
-                accs.append(((top[:, :1] == y[:, None]).any(1).float().mean().item(),
-                             (top == y[:, None]).any(1).float().mean().item(), int(y.numel())))
-        return losses, accs
+            loss = F.cross_entropy(lg, y)
+            if kd:
+                tp = F.log_softmax(blog[:, k + 1: T - 1][mk], -1)
+                loss = 0.5 * loss + 0.5 * F.kl_div(F.log_softmax(lg, -1), tp, log_target=True, reduction="batchmean")
+            if train:
+                (weights[k] * loss).backward()
+                loss = loss.detach()
+            out.append(loss)
+            if want_rank:
+                ly = lg.gather(1, y[:, None])
+                ranks.append((lg > ly).sum(1))
+        return out, ranks
 
     @torch.no_grad()
-    def evaluate(name):
-        m, own = variants[name], name == "own"
+    def evaluate(v, with_tree=False, limit=None):
+        m = variants[v]
         m.eval()
-        tot = [0.0] * K; a1 = [0.0] * K; a5 = [0.0] * K; n = [0] * K
-        for i in range(0, Sv.size(0), 512):
-            ls, ac = step_loss(m, own, Sv[i:i + 512], Hv[i:i + 512], Pv[i:i + 512], Ev[i:i + 512], False)
-            for k in range(K):
-                c = ac[k][2]
-                tot[k] += ls[k].item() * c; a1[k] += ac[k][0] * c; a5[k] += ac[k][1] * c; n[k] += c
+        K_ = K
+        tot = [0.0] * K_; a1 = [0.0] * K_; a5 = [0.0] * K_; a10 = [0.0] * K_; n = [0] * K_
+        rank_rows = []
+        for i in range(0, Sv.size(0) if limit is None else min(limit, Sv.size(0)), 256):
+            S, P, E = Sv[i:i + 256], Pv[i:i + 256], Ev[i:i + 256]
+            hid, blog = base_rows(S)
+            lab = blog.argmax(-1)
+            mks = head_masks(P, E, S.size(1))
+            ls, rk = losses_of(v, hid, blog, lab, mks, False, want_rank=True)
+            for k in range(K_):
+                c = int(rk[k].numel())
+                tot[k] += ls[k].item() * c; a1[k] += (rk[k] < 1).sum().item(); a5[k] += (rk[k] < 5).sum().item(); a10[k] += (rk[k] < 10).sum().item(); n[k] += c
+            if with_tree:
+                # per position (rows where head 0 is defined), the rank tuple over heads (-1: beyond max rank or undefined)
+                T = S.size(1)
+                full = torch.full((S.size(0), T, K_), -1, dtype=torch.int64, device=dev)
+                for k in range(K_):
+                    r = torch.where(rk[k] < a.max_rank, rk[k], torch.full_like(rk[k], -1))
+                    sub = full[:, : T - k - 2, k]
+                    sub[mks[k]] = r
+                    full[:, : T - k - 2, k] = sub
+                sel = full[:, : T - 2][mks[0]]
+                rank_rows += [tuple(x) for x in sel.tolist()]
         m.train()
-        return [dict(loss=tot[k] / n[k], acc1=a1[k] / n[k], acc5=a5[k] / n[k], positions=n[k]) for k in range(K)]
+        res = [dict(loss=tot[k] / max(1, n[k]), acc1=a1[k] / max(1, n[k]), acc5=a5[k] / max(1, n[k]), acc10=a10[k] / max(1, n[k]), positions=n[k]) for k in range(K_)]
+        return res, rank_rows
 
-    os.makedirs(os.path.join(W, "export", "specgate-target-medusa"), exist_ok=True)
-    out_dir = os.path.join(W, "export", "specgate-target-medusa")
-    f = open(os.path.join(out_dir, "loss.csv"), "w", newline="")
+    W_out = os.path.join(W, "export")
+    os.makedirs(W_out, exist_ok=True)
+    f = open(os.path.join(W, "loss.csv"), "w", newline="")
     w = csv.writer(f)
     w.writerow(["step", "variant"] + [f"train_loss_head{k}" for k in range(K)] +
                [f"val_acc1_head{k}" for k in range(K)] + ["elapsed_s"])
-    before = {v: evaluate(v) for v in variants}
+    before = {v: evaluate(v, limit=1024)[0] for v in variants}
     for v in variants:
         print(f"before [{v}]: " + " ".join(f"h{k} acc@1 {r['acc1']:.3f} @5 {r['acc5']:.3f}" for k, r in enumerate(before[v])), flush=True)
     gen = torch.Generator(device=dev); gen.manual_seed(23)
@@ -266,68 +403,91 @@ def main():
     while step < total:
         cur = a.lr * min(1.0, (step + 1) / 50) * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * step / total)))
         ix = torch.randint(0, St.size(0), (a.batch,), device=dev, generator=gen)
-        S, Hd, P, E = St[ix], Ht[ix], Pt[ix], Et[ix]
+        S, P, E = St[ix], Pt[ix], Et[ix]
+        Tm = int(E.max())
+        S = S[:, :Tm]
+        hid, blog = base_rows(S)
+        lab = blog.argmax(-1)
+        mks = head_masks(P, E, Tm)
         for v, m in variants.items():
             for g_ in opts[v].param_groups:
                 g_["lr"] = cur
-            ls, _ = step_loss(m, v == "own", S, Hd, P, E, True)
-            loss = sum(wk * l for wk, l in zip(weights, ls))
             opts[v].zero_grad(set_to_none=True)
-            loss.backward()
+            ls, _ = losses_of(v, hid, blog, lab, mks, True)
             opts[v].step()
             if step % 10 == 0:
                 for k in range(K):
                     lv = ls[k].item()
                     ema[v][k] = lv if ema[v][k] is None else 0.8 * ema[v][k] + 0.2 * lv
+        del hid, blog, lab
         step += 1
         el = time.time() - t1
         if step % 10 == 0:
-            ev = {v: evaluate(v) for v in variants} if step % 250 == 0 else None
+            ev = {v: evaluate(v, limit=1024)[0] for v in variants} if step % 500 == 0 else None
             for v in variants:
                 w.writerow([step, v] + [f"{x:.4f}" for x in ema[v]] +
                            ([f"{r['acc1']:.4f}" for r in ev[v]] if ev else [""] * K) + [f"{el:.1f}"])
             f.flush()
-            if ev:
-                for v in variants:
-                    print(f"step {step}/{total} [{v}] loss " + " ".join(f"{x:.3f}" for x in ema[v]) + " | acc@1 " +
-                          " ".join(f"{r['acc1']:.3f}" for r in ev[v]) + f" {el:.0f}s", flush=True)
-            if el > a.max_seconds * 0.3 and total == a.steps:
+            if ev or step % 100 == 0:
+                print(f"step {step}/{total} {el:.0f}s " + " | ".join(
+                    f"[{v}] loss " + " ".join(f"{x:.3f}" for x in ema[v]) +
+                    ((" acc@1 " + " ".join(f"{r['acc1']:.3f}" for r in ev[v])) if ev else "") for v in variants), flush=True)
+            if el > a.max_seconds * 0.25 and total == a.steps:
                 est = int(step * a.max_seconds / el)
                 if est < total:
                     total = max(step + 20, est)
                     print(f"time budget: schedule shortened to {total} steps", flush=True)
-    after = {v: evaluate(v) for v in variants}
     f.close()
+    after, trees, ceilings = {}, {}, {}
     for v in variants:
-        print(f"after [{v}]: " + " ".join(f"h{k} acc@1 {r['acc1']:.3f} @5 {r['acc5']:.3f}" for k, r in enumerate(after[v])), flush=True)
-
-    # export the shared variant in the reference format: the state dict of the ModuleList
-    # (keys "{head}.{layer}.linear.weight|bias"); no final Linear: the base lm_head is shared.
-    sd = {k: v.detach().to(torch.float16).contiguous().clone() for k, v in variants["shared"].state_dict().items()}
-    save_file(sd, os.path.join(out_dir, "medusa_lm_head.safetensors"), metadata={"format": "pt"})
-    cfg = {
-        "architectures": ["MedusaModel"],
-        "medusa_num_heads": K,
-        "medusa_num_layers": Lr,
-        "base_model_name_or_path": "models/specgate-target",
-        "hidden_size": H,
-        "vocab_size": V,
-        "torch_dtype": "float16",
-        "specgate": {"share_lm_head": True, "token_frequency": "token_frequency.json"},
-    }
-    json.dump(cfg, open(os.path.join(out_dir, "config.json"), "w"), indent=2)
-    json.dump({"source": "greedy continuations of the training prompts by models/specgate-target",
-               "counts": counts}, open(os.path.join(out_dir, "token_frequency.json"), "w"))
-    summary = {"heads": K, "layers": Lr, "steps": step, "batch_sequences": a.batch, "lr": a.lr,
-               "train_sequences": int(St.size(0)), "train_generated_tokens": int(genmask.sum()),
+        res, rows = evaluate(v, with_tree=True)
+        paths, tau = greedy_tree(rows, a.tree_nodes)
+        after[v], trees[v] = res, (paths, tau)
+        _, tau_all = greedy_tree(rows, 10 ** 9)
+        res_ceiling = tau_all[-1] if tau_all else 1.0
+        ceilings[v] = res_ceiling
+        print(f"after [{v}]: " + " ".join(f"h{k} acc@1 {r['acc1']:.3f} @5 {r['acc5']:.3f}" for k, r in enumerate(res)), flush=True)
+        print(f"  expected tau (held-out greedy continuations, {len(rows)} positions) by tree size: " +
+              " ".join(f"{n}:{tau[n-1]:.3f}" for n in (1, 4, 8, 16, 32, 64) if n <= len(tau)) +
+              f"; every path of top-{a.max_rank} ranks ({len(tau_all)} nodes): {ceilings[v]:.3f}", flush=True)
+        # the ceiling: how often the label is anywhere in head k's top-r (r = 1, 5, 10)
+    summary = {"heads": K, "variants": names, "steps": step, "batch_sequences": a.batch, "lr": a.lr,
+               "train_sequences": int(St.size(0)), "train_sampled_sequences": int(Smt.sum()),
+               "train_generated_tokens": int(((pos >= Pt[:, None]) & (pos < Et[:, None])).sum()),
                "heldout_sequences": int(Sv.size(0)), "gen_tokens_per_prompt": a.gen,
-               "seconds_train": time.time() - t1, "seconds_total": time.time() - t0,
-               "before": before, "after": after, "gpu": torch.cuda.get_device_name()}
-    json.dump(summary, open(os.path.join(out_dir, "train_summary.json"), "w"), indent=2)
-    # held-out prompts (documents never used for training), in speculative/testdata/prompts.txt's format
-    with open(os.path.join(W, "export", "heldout_prompts.txt"), "w", encoding="utf-8") as hf:
-        hf.write("# Held-out prompts for Medusa tree tuning and tau: the text of the first 2..48 tokens from a\n"
-                 "# line start of documents that tools/train/medusa.py held out from head training.\n")
+               "sample_temp": a.sample_temp, "seconds_train": time.time() - t1, "seconds_total": time.time() - t0,
+               "before": before, "after": after,
+               "expected_tau": {v: {str(n): trees[v][1][n - 1] for n in range(1, len(trees[v][1]) + 1)} for v in variants},
+               "expected_tau_every_path_top_rank": {v: ceilings[v] for v in variants}, "max_rank": a.max_rank,
+               "gpu": torch.cuda.get_device_name()}
+    json.dump(summary, open(os.path.join(W, "summary.json"), "w"), indent=2)
+    for v in variants:
+        own, L, kd = parse_variant(v)
+        if own:
+            continue
+        od = os.path.join(W_out, v)
+        os.makedirs(od, exist_ok=True)
+        sd = {k: t.detach().to(torch.float16).contiguous().clone() for k, t in variants[v].state_dict().items()}
+        save_file(sd, os.path.join(od, "medusa_lm_head.safetensors"), metadata={"format": "pt"})
+        cfg = {"architectures": ["MedusaModel"], "medusa_num_heads": K, "medusa_num_layers": L,
+               "base_model_name_or_path": a.base_name, "hidden_size": H, "vocab_size": V, "torch_dtype": "float16",
+               "specgate": {"share_lm_head": True, "token_frequency": "token_frequency.json",
+                            "tree": trees[v][0], "nodes": min(16, len(trees[v][0]))}}
+        json.dump(cfg, open(os.path.join(od, "config.json"), "w"), indent=2)
+        json.dump({"source": f"greedy continuations of the training prompts by {a.base_name}", "counts": counts},
+                  open(os.path.join(od, "token_frequency.json"), "w"))
+        s2 = dict(summary); s2["variant"] = v
+        json.dump(s2, open(os.path.join(od, "train_summary.json"), "w"), indent=2)
+        rows = list(csv.reader(open(os.path.join(W, "loss.csv"))))
+        with open(os.path.join(od, "loss.csv"), "w", newline="") as g:
+            cw = csv.writer(g)
+            cw.writerow(rows[0])
+            for r in rows[1:]:
+                if r[1] == v:
+                    cw.writerow(r)
+    with open(os.path.join(W_out, "heldout_prompts.txt"), "w", encoding="utf-8") as hf:
+        hf.write("# Held-out prompts: the text of the first 2..48 tokens from a line start of documents that\n"
+                 "# tools/train/medusa.py held out from head training.\n")
         seen = 0
         for kind, ids, cut, text in vkept:
             body = text[:cut]
@@ -344,22 +504,26 @@ def main():
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        rows = list(csv.DictReader(open(os.path.join(out_dir, "loss.csv"))))
-        fig, ax = plt.subplots(1, 2, figsize=(11, 4))
-        for v, style in (("shared", "-"), ("own", "--")):
+        rows = list(csv.DictReader(open(os.path.join(W, "loss.csv"))))
+        fig, ax = plt.subplots(1, 2, figsize=(12, 4.5))
+        for vi, v in enumerate(variants):
+            style = ["-", "--", ":", "-."][vi % 4]
             rv = [r for r in rows if r["variant"] == v]
             for k in range(K):
                 pts = [(int(r["step"]), float(r[f"train_loss_head{k}"])) for r in rv if r[f"train_loss_head{k}"]]
                 if pts:
-                    ax[0].plot(*zip(*pts), style, color=f"C{k}", label=f"head {k} ({v})")
+                    ax[0].plot(*zip(*pts), style, color=f"C{k}", label=f"head {k} ({v})" if vi == 0 or k == 0 else None)
                 acc = [(int(r["step"]), float(r[f"val_acc1_head{k}"])) for r in rv if r[f"val_acc1_head{k}"]]
                 if acc:
-                    ax[1].plot(*zip(*acc), style + "o", color=f"C{k}", label=f"head {k} ({v})")
-        ax[0].set_xlabel("step"); ax[0].set_ylabel("train cross-entropy (nats)"); ax[0].legend(fontsize=7); ax[0].grid(alpha=.3)
-        ax[1].set_xlabel("step"); ax[1].set_ylabel("held-out accuracy@1"); ax[1].legend(fontsize=7); ax[1].grid(alpha=.3)
-        fig.suptitle("Medusa heads on specgate-target (solid: shared lm_head, shipped; dashed: own projection)")
+                    ax[1].plot(*zip(*acc), style + "o", color=f"C{k}", label=f"head {k} ({v})" if vi == 0 or k == 0 else None)
+        ax[0].set_xlabel("step"); ax[0].set_ylabel("train loss (nats)"); ax[0].legend(fontsize=6); ax[0].grid(alpha=.3)
+        ax[1].set_xlabel("step"); ax[1].set_ylabel("held-out accuracy@1"); ax[1].legend(fontsize=6); ax[1].grid(alpha=.3)
+        fig.suptitle("Medusa heads on " + a.base_name + " (" + ", ".join(variants) + ")")
         fig.tight_layout()
-        fig.savefig(os.path.join(out_dir, "loss.png"), dpi=100)
+        fig.savefig(os.path.join(W, "loss.png"), dpi=100)
+        for v in variants:
+            if os.path.isdir(os.path.join(W_out, v)):
+                fig.savefig(os.path.join(W_out, v, "loss.png"), dpi=100)
     except Exception as e:
         print("plot skipped:", e)
     print(f"done {time.time()-t0:.0f}s", flush=True)

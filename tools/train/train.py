@@ -17,6 +17,10 @@ SIZES = {
     # ~2.4M parameters, GQA 6 / 2
     "draft": dict(hidden_size=192, intermediate_size=512, num_hidden_layers=2,
                   num_attention_heads=6, num_key_value_heads=2, lr=2.5e-3),
+    # ~144M parameters: a target worth speculating on (issue #17 point 7; trained on the GPU
+    # machine by tools/train/bigtarget.py, never committed)
+    "big": dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
+                num_attention_heads=16, num_key_value_heads=4, lr=8e-4),
 }
 
 
