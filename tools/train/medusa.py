@@ -21,8 +21,9 @@ The reference builds a head as [ResBlock(H)] * L (one block repeated); we train 
 (keys {head}.{layer}.linear.*, which the reference's state-dict layout holds either way).
 
 Held-out: every prompt of --exclude-prompts (medusa/testdata/heldout_prompts.txt, the prompts the
-Go side measures tau on) is kept out: no training document contains one of >= 16 characters and no
-training prompt equals one.
+Go side measures tau on) is kept out: no training prompt equals one, and no training document
+contains one of >= 16 characters unless that line is boilerplate found in more than
+--exclude-max-docs documents (the Go license header: dropping those dropped nearly all Go files).
 
 usage: PYTHONUNBUFFERED=1 python3 tools/train/medusa.py --corpus corpus.tar.xz \
           --target models/specgate-target --work /tmp/m [--variants s1,s2,s2kd,o1] [--max-seconds 200]
@@ -130,6 +131,8 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--base-name", default="models/specgate-target")
     ap.add_argument("--exclude-prompts", default="")
+    ap.add_argument("--exclude-max-docs", type=int, default=3,
+                    help="drop the training documents holding a held-out prompt only when it is in at most this many")
     ap.add_argument("--variants", default="s1,s2,s2kd,o1")
     ap.add_argument("--heads", type=int, default=5)
     ap.add_argument("--gen", type=int, default=128, help="tokens generated per prompt")
@@ -172,16 +175,25 @@ def main():
             cat.append(d)
             o += len(d) + 1
         big = "\x00".join(cat)
-        bad = set()
+        bad, boiler = set(), 0
         for p in excl_list:
             if len(p) < 16:
                 continue
+            hits = set()
             i = big.find(p)
             while i >= 0:
-                bad.add(bisect.bisect_right(offs, i) - 1)
+                hits.add(bisect.bisect_right(offs, i) - 1)
                 i = big.find(p, i + 1)
+            # a line found in many documents is boilerplate (the Go license header is in nearly
+            # every Go file): dropping those documents dropped 1647 of 1796 Go files in the run of
+            # 2026-11-23 21:50. Such prompts are kept out only as training prompts (below).
+            if len(hits) > a.exclude_max_docs:
+                boiler += 1
+                continue
+            bad |= hits
         train_docs = [d for j, d in enumerate(train_docs) if j not in bad]
-        print(f"held-out prompts {len(excl_list)}: dropped {len(bad)} training documents containing one", flush=True)
+        print(f"held-out prompts {len(excl_list)}: dropped {len(bad)} training documents containing one "
+              f"({boiler} boilerplate prompts in more than {a.exclude_max_docs} documents: not dropped)", flush=True)
     tok = Tokenizer.from_file(os.path.join(a.target, "tokenizer.json"))
     bos = tok.token_to_id("<|begin_of_text|>")
     eos = {tok.token_to_id("<|end_of_text|>"), tok.token_to_id("<|im_end|>")}
