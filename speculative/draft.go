@@ -50,6 +50,10 @@ const (
 	// ruleTopKChildren (wrong): children are the draft's top tokens
 	// (deterministic) but labelled as draws from q.
 	ruleTopKChildren
+	// ruleUnrestrictedQ (wrong): with a restricted head, children are
+	// drawn from the restricted distribution but labelled with the draft's
+	// distribution over the whole vocabulary.
+	ruleUnrestrictedQ
 )
 
 // Config returns the proposer's configuration with defaults filled in.
@@ -128,6 +132,9 @@ func (d *Draft) Propose(ctx context.Context, reqs []engine.ProposeRequest) ([]en
 	for j, dr := range work {
 		q, pick := d.nodeDist(dr.r, rowsOf[j], full, nil, dr.greedy)
 		dr.p.q, dr.p.picks = [][]float64{q}, []int32{pick}
+		if d.rule == ruleUnrestrictedQ {
+			dr.p.label = [][]float64{d.dist(dr.r, d.head.fullLogits(items[j].Hidden), nil, dr.greedy)}
+		}
 		dr.cums = []float64{1}
 		dr.frontier = []int{-1}
 	}
@@ -160,6 +167,9 @@ func (d *Draft) Propose(ctx context.Context, reqs []engine.ProposeRequest) ([]en
 					}
 					dr.cums = append(dr.cums, c)
 					p.q, p.picks = append(p.q, nil), append(p.picks, -1)
+					if p.label != nil {
+						p.label = append(p.label, nil)
+					}
 					dr.fresh = append(dr.fresh, n)
 				}
 			}
@@ -178,6 +188,10 @@ func (d *Draft) Propose(ctx context.Context, reqs []engine.ProposeRequest) ([]en
 			rows := rowsOf[j]
 			for k, n := range dr.fresh {
 				dr.p.q[n+1], dr.p.picks[n+1] = d.nodeDist(dr.r, rows[k*W:(k+1)*W], full, dr.p.tree.PathTokens(n), dr.greedy)
+				if dr.p.label != nil {
+					H := d.draft.Config.HiddenSize
+					dr.p.label[n+1] = d.dist(dr.r, d.head.fullLogits(items[j].Hidden[k*H:(k+1)*H]), dr.p.tree.PathTokens(n), dr.greedy)
+				}
 			}
 			dr.frontier = append(dr.frontier[:0], dr.fresh...)
 		}
@@ -300,6 +314,9 @@ func (p *proposal) export(greedy bool) engine.Proposal {
 		q, ok := shared[par]
 		if !ok {
 			src := p.q[par+1]
+			if p.label != nil { // a negative control's wrong label
+				src = p.label[par+1]
+			}
 			q = make([]float32, len(src))
 			for j, x := range src {
 				q[j] = float32(x)

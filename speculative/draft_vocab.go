@@ -28,6 +28,17 @@ const TokenFrequencyFile = "token_frequency.json"
 type draftHead struct {
 	ids []int32     // row -> token id, ascending
 	mat *engine.Mat // [len(ids)][Hidden]
+	// full is the whole LM head, for the ruleUnrestrictedQ negative
+	// control only (nil otherwise).
+	full *engine.Mat
+}
+
+// fullLogits is the draft's logits over the whole vocabulary of one
+// hidden row (the negative control's wrong label).
+func (h *draftHead) fullLogits(hidden []float32) []float32 {
+	out := make([]float32, h.full.Rows())
+	h.full.MulT(1, out, hidden[:h.full.Cols()], 1)
+	return out
 }
 
 // newDraftHead builds the restricted head of draft from counts (one per

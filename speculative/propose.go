@@ -17,7 +17,10 @@ type proposal struct {
 	q [][]float64
 	// picks[v+1] is the one child token of node v in a greedy chain
 	// (q[v+1] nil: the draft's argmax, no distribution needed), else -1.
-	picks  []int32
+	picks []int32
+	// label, when set (negative controls only), is what export hands the
+	// engine as Q instead of q.
+	label  [][]float64
 	greedy bool
 }
 

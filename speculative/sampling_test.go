@@ -138,6 +138,9 @@ func samplingCases() []samplingCase {
 		{name: "chain-vocab6", cfg: Config{Method: MethodChain, K: 3, VocabLimit: 6}, params: engine.SamplingParams{Temperature: 1}, n: 100000, minTau: 0.1},
 		{name: "dynamic-vocab6", cfg: Config{Method: MethodDynamic, K: 3, Width: 3, Budget: 8, VocabLimit: 6},
 			params: engine.SamplingParams{Temperature: 0.8, TopP: 0.95, PresencePenalty: 0.5}, n: 100000, minTau: 0.1},
+		// drawn from the restricted head, labelled with the whole vocabulary's q
+		{name: "wrong-unrestricted-q", cfg: Config{Method: MethodChain, K: 3, VocabLimit: 6}, params: engine.SamplingParams{Temperature: 1},
+			rule: ruleUnrestrictedQ, n: 30000, lossy: true},
 		{name: "wrong-topk-children", cfg: Config{Method: MethodTree, K: 3, Branching: []int{3, 2, 1}, Budget: 9},
 			params: engine.SamplingParams{Temperature: 0.8, TopP: 0.95}, rule: ruleTopKChildren, n: 30000, lossy: true},
 	}
@@ -185,6 +188,9 @@ func TestLosslessSampling(t *testing.T) {
 				t.Fatalf("restricted head of %d tokens, want %d", d.VocabLimit(), c.cfg.VocabLimit)
 			}
 			d.rule = c.rule
+			if c.rule == ruleUnrestrictedQ {
+				d.head.full = engine.NewMat(draft.Weights.LMHead.Float32(), draft.Config.VocabSize, draft.Config.HiddenSize)
+			}
 			c1, c3, tau := specSamples(t, d, target, prompt, c.params, n, uint64(100+i))
 			s1, df1, pv1 := stattest.ChiSquare(c1, p1)
 			s3, df3, pv3 := stattest.ChiSquare(c3, p3)
