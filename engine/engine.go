@@ -75,10 +75,15 @@ type Engine struct {
 	acceptedAt                                                  [statDepths]atomic.Int64
 
 	// scheduler-owned
-	nextID   RequestID
-	admitNo  uint64
-	cost     stepCost
-	propCost map[Proposer]*ewma // seconds of one Propose call per depth level
+	nextID  RequestID
+	admitNo uint64
+	cost    stepCost
+	// propCost: seconds of one Propose call per depth level, the median of
+	// recent calls (a mean took the spikes of a shared machine and the
+	// catch-up of a draft model after dormant steps: measured here, a
+	// restricted-vocabulary draft level priced at 0.9-1.0 one-token target
+	// steps instead of ~0.2, so the budget stopped at depth 1).
+	propCost map[Proposer]*costWindow
 	props    map[Proposer]*propState
 	// specStreak counts steps in a row that verified drafts; lastTrees is
 	// the number of trees of the last propose.
@@ -148,7 +153,7 @@ func New(m *Model, opts Options) *Engine {
 		opts.MaxDraft = 16
 	}
 	e := &Engine{m: m, opts: opts, events: make(chan event, 64), quit: make(chan struct{}), done: make(chan struct{}),
-		propCost: map[Proposer]*ewma{}, props: map[Proposer]*propState{}}
+		propCost: map[Proposer]*costWindow{}, props: map[Proposer]*propState{}}
 	go e.loop()
 	return e
 }

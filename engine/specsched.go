@@ -423,7 +423,7 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 			got[c.r] = append(got[c.r], contrib{k: c.k, p: pr})
 		}
 		if e.propCost[p] == nil {
-			e.propCost[p] = &ewma{}
+			e.propCost[p] = &costWindow{}
 		}
 		e.propCost[p].add(secs / float64(max(maxD, 1)))
 	}
