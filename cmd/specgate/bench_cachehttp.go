@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -37,72 +36,16 @@ var (
 	errCacheHTTPProbe     = errors.New("bench-cache-http: probe request did not reach the cache")
 )
 
-// Question parts. A stored question is template.stored filled with (verb,
-// object, language); its paraphrase is template.para filled with the same
-// three: lower case, no question mark, a few function words changed — what a
-// user retyping the question would send. Every verb, object and language
-// appears in both, so the guard's substitution, entity and question-type
-// rules accept the pair, while stored questions differ from each other in
-// at least one content word (and are rejected against each other).
-var (
-	chVerbs = []string{
-		"reverse", "sort", "copy", "merge", "filter", "shuffle", "flatten", "serialize", "parse", "validate",
-		"compress", "encrypt", "hash", "cache", "log", "profile", "benchmark", "debug", "test", "format",
-		"print", "iterate over", "deduplicate", "paginate", "stream", "mock", "clone", "truncate", "pad", "rotate",
-		"transpose", "normalize", "tokenize", "escape", "encode", "index", "search", "group", "chunk", "zip",
-	}
-	chObjects = []string{
-		"a list", "a dictionary", "a string", "a JSON file", "a CSV file", "a linked list", "a binary tree", "a hash map",
-		"a byte array", "a date string", "a config file", "an HTTP response", "a database query", "a log file", "an image",
-		"a matrix", "a queue", "a stack", "a set of integers", "a tuple", "a struct", "a nested object", "a text file",
-		"a regular expression match", "a URL", "a timestamp", "a UUID", "a zip archive", "a YAML file", "an XML document",
-		"a socket buffer", "a thread pool result", "a web form", "a SQL table", "an environment variable", "a command line argument",
-		"a sparse vector", "a priority queue", "a bitmap", "a Unicode string", "a directory tree", "a protobuf message",
-		"an event stream", "a graph", "a heap", "a time series", "a spreadsheet", "a PDF file", "a markdown document", "a cookie",
-	}
-	chLangs = []string{
-		"Python", "Go", "Rust", "Java", "JavaScript", "TypeScript", "Ruby", "PHP", "Kotlin", "Swift",
-		"Scala", "Haskell", "Elixir", "Lua", "Perl", "Julia", "Dart", "Bash", "PowerShell", "Clojure",
-		"OCaml", "Erlang", "Zig", "Nim", "Crystal", "Fortran", "COBOL", "Groovy", "Racket", "Prolog",
-	}
-	chTemplates = []struct{ stored, para string }{
-		{"How do I %s %s in %s?", "how can i %s %s in %s"},
-		{"What is the best way to %s %s in %s?", "what is the best way to %s %s in %s please"},
-		{"How can I %s %s using %s?", "how do i %s %s using %s"},
-		{"In %[3]s, how do you %[1]s %[2]s?", "in %[3]s how would you %[1]s %[2]s"},
-		{"What's the simplest way to %s %s in %s?", "what is the simplest way to %s %s in %s"},
-		{"How would I %s %s with %s?", "how should i %s %s with %s"},
-		{"Can you show me how to %s %s in %s?", "can you show me how to %s %s in %s please"},
-		{"Is there a built-in way to %s %s in %s?", "is there a built-in way to %s %s in %s"},
-		{"Explain how to %s %s in %s.", "please explain how to %s %s in %s"},
-		{"What is the idiomatic way to %s %s in %s?", "what's the idiomatic way to %s %s in %s"},
-	}
-)
-
-// chQuestion is the i-th of the len(templates)×len(verbs)×len(objects)×len(langs)
-// combinations: stored text, paraphrase, and the (verb, object, language) it asks about.
-func chQuestion(i int) (stored, para string, parts [3]string) {
-	l := i % len(chLangs)
-	i /= len(chLangs)
-	o := i % len(chObjects)
-	i /= len(chObjects)
-	v := i % len(chVerbs)
-	i /= len(chVerbs)
-	t := chTemplates[i%len(chTemplates)]
-	parts = [3]string{chVerbs[v], chObjects[o], chLangs[l]}
-	return fmt.Sprintf(t.stored, parts[0], parts[1], parts[2]), fmt.Sprintf(t.para, parts[0], parts[1], parts[2]), parts
-}
+// The questions are cache.BenchQuestion's (shared with the HNSW recall
+// test and benchmark in package cache, so both measure the same data).
+func chQuestion(i int) (stored, para string, parts [3]string) { return cache.BenchQuestion(i) }
 
 // chSpace is the number of distinct questions chQuestion can make.
-var chSpace = len(chTemplates) * len(chVerbs) * len(chObjects) * len(chLangs)
+var chSpace = cache.BenchQuestionSpace
 
 // chPick returns n distinct question indices in [0, chSpace), deterministic
 // for a seed.
-func chPick(n int, seed uint64) []int {
-	r := rand.New(rand.NewPCG(seed, 0xcafe))
-	perm := r.Perm(chSpace)
-	return perm[:n]
-}
+func chPick(n int, seed uint64) []int { return cache.BenchQuestionPick(n, seed) }
 
 // chAnswer renders a realistic stored chat completion for a question, in the
 // gateway's own response shape (so hits take the gateway's rewrite path).
