@@ -72,7 +72,8 @@ type Cache struct {
 	ns  map[string]*nsState // by namespace
 	agg map[string]*aggState
 
-	hot *hotTier // nil when Config.HotBytes < 0
+	hot  *hotTier // nil when Config.HotBytes < 0
+	sole bool     // store is a SoleWriter and the eviction state was rebuilt from it
 
 	sf     singleflight.Group
 	hits   map[hotKey]int64 // counted by served, written by the toucher; under mu
@@ -128,6 +129,7 @@ func New(cfg Config, store Store, index VectorIndex, emb Embedder, opts ...Optio
 		if err := c.rebuild(context.Background()); err != nil {
 			return nil, err
 		}
+		c.sole = soleWriter(store)
 	}
 	c.wg.Add(2)
 	go c.toucher()
@@ -180,6 +182,11 @@ func (c *Cache) fetch(ctx context.Context, ns, id string, now time.Time) (*hotEn
 			return he, nil
 		}
 	}
+	return c.fetchStore(ctx, ns, id)
+}
+
+// fetchStore reads (ns, id) from the store and promotes it to the hot tier.
+func (c *Cache) fetchStore(ctx context.Context, ns, id string) (*hotEntry, error) {
 	e, err := c.store.Get(ctx, ns, id)
 	if err != nil {
 		return nil, err
@@ -429,8 +436,9 @@ func (c *Cache) get(ctx context.Context, req *Request) (Lookup, []float32, error
 		c.m.latency.WithLabelValues(res).Observe(c.now().Sub(start).Seconds())
 		return l
 	}
-	// Exact tier: the hot tier, then the store.
-	e, err := c.fetch(ctx, p.ns, p.id, start)
+	// Exact tier: the hot tier, then the store (not for ids the eviction
+	// state does not know when the store has no other writer).
+	e, err := c.fetchExact(ctx, p.ns, p.id, start)
 	switch {
 	case err == nil && e.key == p.norm:
 		c.served(p.ns, p.id)
