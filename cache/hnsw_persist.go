@@ -54,9 +54,9 @@ func (h *HNSW) Save(w io.Writer) error {
 		u32(uint32(g.entry))
 		u32(uint32(g.top))
 		u32(uint32(len(g.nodes)))
-		for _, n := range g.nodes {
+		for i, n := range g.nodes {
 			str(n.id)
-			if n.deleted {
+			if g.dead[i] {
 				bw.WriteByte(1)
 			} else {
 				bw.WriteByte(0)
@@ -65,9 +65,10 @@ func (h *HNSW) Save(w io.Writer) error {
 				u32(math.Float32bits(x))
 			}
 			u32(uint32(len(n.links)))
-			for _, l := range n.links {
-				u32(uint32(len(l)))
-				for _, j := range l {
+			for l := range n.links {
+				ls := g.links(int32(i), l)
+				u32(uint32(len(ls)))
+				for _, j := range ls {
 					u32(uint32(j))
 				}
 			}
@@ -141,6 +142,7 @@ func (h *HNSW) Load(r io.Reader) error {
 		}
 		g := newGraph(h.cfg, seed)
 		g.nodes = make([]*node, 0, count)
+		dead := make([]bool, 0, count)
 		for i := range count {
 			id := str()
 			del, err := br.ReadByte()
@@ -152,8 +154,7 @@ func (h *HNSW) Load(r io.Reader) error {
 				vec[k] = math.Float32frombits(u32())
 			}
 			n := newNode(id, vec)
-			g.appendQuant(vec)
-			n.deleted = del == 1
+			dead = append(dead, del == 1)
 			levels := u32()
 			if rerr != nil {
 				break
@@ -179,7 +180,7 @@ func (h *HNSW) Load(r io.Reader) error {
 					n.links[l][x] = int32(j)
 				}
 			}
-			if n.deleted {
+			if del == 1 {
 				g.tombs++
 			} else {
 				if _, dup := g.byID[n.id]; dup {
@@ -195,6 +196,21 @@ func (h *HNSW) Load(r io.Reader) error {
 		g.entry, g.top = entry, int(top)
 		if entry >= 0 && len(g.nodes[entry].links) != int(top)+1 {
 			return bad("namespace %q: entry level mismatch", ns)
+		}
+		// Layer 0 into the arena, its stride fitting the longest list (a
+		// snapshot written with a larger M keeps its lists).
+		nodes := g.nodes
+		for _, n := range nodes {
+			g.l0s = max(g.l0s, len(n.links[0])+1)
+		}
+		g.nodes = make([]*node, 0, len(nodes))
+		g.l0 = make([]int32, 0, len(nodes)*g.l0s)
+		for i, n := range nodes {
+			l0 := n.links[0]
+			n.links[0] = nil
+			g.appendNode(n)
+			g.setLinks(int32(i), 0, l0)
+			g.dead[i] = dead[i]
 		}
 		// Levels of later inserts continue from a seed derived from the count.
 		g.rng = rand.New(rand.NewPCG(seed+uint64(count), seed^0x9e3779b97f4a7c15))

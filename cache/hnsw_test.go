@@ -206,7 +206,7 @@ func TestHNSWSnapshot(t *testing.T) {
 	if err := ix.SaveFile(path); err != nil {
 		t.Fatal(err)
 	}
-	back, _ := cache.NewHNSW(cache.HNSWConfig{Dim: 16})
+	back, _ := cache.NewHNSW(cache.HNSWConfig{Dim: 16, EfSearch: ix.Config().EfSearch})
 	if err := back.LoadFile(path); err != nil {
 		t.Fatal(err)
 	}
@@ -259,18 +259,16 @@ func sparseUnit(r *rand.Rand, dim, nnz int) []float32 {
 }
 
 // TestHNSWRecallQuantized: 512-dimensional graphs are traversed with int8
-// copies of the vectors and re-score their results exactly. On the same
-// sparse vectors (the lexical embedder's shape) and paraphrase-like queries
+// copies of the vectors and re-score their results exactly. On random
+// sparse vectors (the lexical embedder's shape, but without its locality:
+// any two share few buckets, HNSW's worst case) and paraphrase-like queries
 // (a stored vector plus as much noise again), recall@1 against brute force
-// is compared with a float32 graph. 2 000 vectors with -short: both must
-// reach 0.99. 20 000 otherwise: measured int8 0.983, float32 0.993 (the
-// int8 ranking steers a few searches elsewhere; re-scoring more of the
-// final candidates does not change it), so the int8 graph may lose at most
-// 0.02 there — a tolerance set after that measurement. Random sparse
-// vectors have no locality (any two share few buckets), HNSW's worst case:
-// at 100 000 the int8 graph gives 0.84 at efSearch 64, while on lexical
-// embeddings of real questions bench cache-http's semantic hit fraction at
-// 100 000 entries is unchanged (0.999). Returned scores are exact.
+// must reach the bar, 0.99, for the int8 graph and for a float32
+// graph alike: at efSearch 64 with 2 000 vectors (-short), at efSearch 128
+// with 20 000 (this data needs it there; the per-size defaults are chosen
+// on question embeddings, where 100 000 entries need 24:
+// TestHNSWRecallLexical). Other efSearch values are logged for
+// docs/cache.md. Returned scores are exact.
 func TestHNSWRecallQuantized(t *testing.T) {
 	n := 20000
 	if testing.Short() {
@@ -303,14 +301,20 @@ func TestHNSWRecallQuantized(t *testing.T) {
 		}
 		qs = append(qs, q)
 	}
-	rq := recallAt1(t, quant, vs, live, qs, 64)
-	re := recallAt1(t, exact, vs, live, qs, 64)
-	t.Logf("%d sparse 512-d vectors, efSearch 64: recall@1 int8 traversal %.3f, float32 %.3f", n, rq, re)
-	if rq < re-0.02 {
-		t.Errorf("int8 traversal recall %.3f < float32 %.3f - 0.02", rq, re)
+	ef := 128
+	if testing.Short() {
+		ef = 64
 	}
-	if n <= 2000 && (rq < 0.99 || re < 0.99) {
-		t.Errorf("recall@1 below 0.99 at %d vectors", n)
+	for _, e := range []int{16, 32, 64, 128, 256} {
+		if e != ef && !testing.Short() {
+			t.Logf("%d sparse 512-d vectors, efSearch %d: recall@1 int8 traversal %.3f, float32 %.3f", n, e, recallAt1(t, quant, vs, live, qs, e), recallAt1(t, exact, vs, live, qs, e))
+		}
+	}
+	rq := recallAt1(t, quant, vs, live, qs, ef)
+	re := recallAt1(t, exact, vs, live, qs, ef)
+	t.Logf("%d sparse 512-d vectors, efSearch %d: recall@1 int8 traversal %.3f, float32 %.3f", n, ef, rq, re)
+	if rq < 0.99 || re < 0.99 {
+		t.Errorf("recall@1 at %d vectors, efSearch %d: int8 %.3f, float32 %.3f; want both ≥ 0.99", n, ef, rq, re)
 	}
 	for _, q := range qs[:20] {
 		ms, _ := quant.Search(context.Background(), "ns", q, 4)
@@ -324,5 +328,46 @@ func TestHNSWRecallQuantized(t *testing.T) {
 				t.Fatal("results not best first")
 			}
 		}
+	}
+}
+
+// TestHNSWSnapshotOtherM: a snapshot written with a larger M loads into an
+// index configured with a smaller one (its longer layer-0 lists are kept),
+// searches the same, and takes further inserts and deletes.
+func TestHNSWSnapshotOtherM(t *testing.T) {
+	big, _ := cache.NewHNSW(cache.HNSWConfig{Dim: 16, M: 24, Seed: 5, EfSearch: 64})
+	r := rand.New(rand.NewPCG(5, 5))
+	vs := make([][]float32, 2000)
+	for i := range vs {
+		vs[i] = randUnit(r, 16)
+		_ = big.Add(context.Background(), "ns", fmt.Sprint(i), vs[i])
+	}
+	var sb strings.Builder
+	if err := big.Save(&sb); err != nil {
+		t.Fatal(err)
+	}
+	small, _ := cache.NewHNSW(cache.HNSWConfig{Dim: 16, M: 4, Seed: 5, EfSearch: 64})
+	if err := small.Load(strings.NewReader(sb.String())); err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		q := randUnit(r, 16)
+		a, _ := big.Search(context.Background(), "ns", q, 3)
+		b, _ := small.Search(context.Background(), "ns", q, 3)
+		if fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Fatalf("loaded index differs:\n%v\n%v", a, b)
+		}
+	}
+	for i := range 500 {
+		_ = small.Remove(context.Background(), "ns", fmt.Sprint(i))
+		v := randUnit(r, 16)
+		id := fmt.Sprint("new", i)
+		_ = small.Add(context.Background(), "ns", id, v)
+		if ms, _ := small.Search(context.Background(), "ns", v, 1); len(ms) != 1 || ms[0].ID != id {
+			t.Fatalf("inserted vector %s not found first: %v", id, ms)
+		}
+	}
+	if small.Len("ns") != 2000 {
+		t.Fatalf("Len %d, want 2000", small.Len("ns"))
 	}
 }
