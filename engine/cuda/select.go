@@ -14,8 +14,10 @@ var ErrBackendName = errors.New("cuda: unknown backend name")
 // Select maps a config's backend name to an engine.BackendFactory:
 // "cpu" (or "") → nil (the engine's CPU default); "cuda" → this backend,
 // failing when no GPU is usable; "auto" → this backend, falling back to the
-// CPU backend (threads <= 0: GOMAXPROCS) when CUDA is unavailable. The
-// fallback reason is passed to onFallback when it is not nil.
+// CPU backend (threads <= 0: GOMAXPROCS) when no GPU is usable (no driver,
+// no device, kernels that do not load: engine.ErrBackendMissing). The
+// fallback reason is passed to onFallback when it is not nil. This is the
+// one backend selection path (specgate serve uses it).
 func Select(name string, opt Options, threads int, onFallback func(error)) (engine.BackendFactory, error) {
 	switch name {
 	case "", "cpu":
@@ -29,7 +31,7 @@ func Select(name string, opt Options, threads int, onFallback func(error)) (engi
 			if err == nil {
 				return b, nil
 			}
-			if !errors.Is(err, kernels.ErrNoCUDA) {
+			if !errors.Is(err, engine.ErrBackendMissing) && !errors.Is(err, kernels.ErrNoCUDA) {
 				return nil, err
 			}
 			if onFallback != nil {
