@@ -48,6 +48,7 @@ type Options struct {
 type layer struct {
 	wqkv, wo, wgu, wd kernels.DevicePtr // fp16 [qDim+2kvDim][H] (kernels.RopeRows order), [H][qDim], [2I][H] interleaved, [H][I]
 	attnNorm, mlpNorm kernels.DevicePtr // fp16 [H]
+	bqkv              kernels.DevicePtr // fp32 [qDim+2kvDim] q/k/v biases in RopeRows order (Config.QKVBias), else 0
 }
 
 // Backend is the GPU engine.Backend. Its methods are safe for concurrent
@@ -261,6 +262,9 @@ func (b *Backend) load(c *kernels.Ctx, w *engine.Weights) error {
 		}
 		if ly.wqkv, err = b.upload(c, (q+2*kv)*H, 0.02, qkv); err != nil {
 			return fmt.Errorf("layer %d qkv: %w", l, err)
+		}
+		if err := b.loadBias(c, w, l, ly); err != nil {
+			return fmt.Errorf("layer %d qkv bias: %w", l, err)
 		}
 		if ly.wo, err = b.upload(c, H*q, 0.02, lw.Wo); err != nil {
 			return fmt.Errorf("layer %d o_proj: %w", l, err)

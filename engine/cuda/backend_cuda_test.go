@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/engine/model"
 	"github.com/specgate/specgate/safetensors"
 )
 
@@ -40,25 +41,40 @@ func configs() map[string]engine.Config {
 	l3.RopeScaling = engine.RopeScaling{Type: engine.RopeLlama3, Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 32}
 	lin := base
 	lin.RopeScaling = engine.RopeScaling{Type: engine.RopeLinear, Factor: 4}
-	return map[string]engine.Config{"gqa": gqa, "mha-hd64": mha, "mqa-tied": mqa, "hd8": small, "llama3": l3, "linear": lin}
+	qw := base // Qwen2: q/k/v biases (the unfused QKV path)
+	qw.Arch, qw.QKVBias = "Qwen2ForCausalLM", true
+	return map[string]engine.Config{"gqa": gqa, "mha-hd64": mha, "mqa-tied": mqa, "hd8": small, "llama3": l3, "linear": lin, "qwen2-bias": qw}
 }
 
-// roundF16 rounds every weight to fp16 in place (what the GPU stores).
+// roundF16 rounds every weight to fp16 (what the GPU stores), leaving
+// float32 tensors (F16/BF16 loaded ones are widened first; tied embeddings
+// stay one tensor).
 func roundF16(w *engine.Weights) {
-	r := func(v []float32) {
+	tied := w.LMHead.Len() > 0 && &w.LMHead.Shape[0] == &w.Embed.Shape[0]
+	r := func(t *model.Tensor) {
+		if t.IsZero() {
+			return
+		}
+		v := t.F32
+		if t.DType != model.F32 {
+			v = t.Float32()
+		}
 		for i, x := range v {
 			v[i] = safetensors.F16ToFloat32(safetensors.Float32ToF16(x))
 		}
+		*t = model.NewF32(v, t.Shape...)
 	}
-	r(w.Embed.F32)
-	r(w.Norm.F32)
-	if &w.LMHead.F32[0] != &w.Embed.F32[0] {
-		r(w.LMHead.F32)
+	r(&w.Embed)
+	r(&w.Norm)
+	if tied {
+		w.LMHead = w.Embed
+	} else {
+		r(&w.LMHead)
 	}
 	for i := range w.Layers {
 		l := &w.Layers[i]
-		for _, v := range [][]float32{l.AttnNorm.F32, l.Wq.F32, l.Wk.F32, l.Wv.F32, l.Wo.F32, l.MLPNorm.F32, l.WGate.F32, l.WUp.F32, l.WDown.F32, l.Bq.F32, l.Bk.F32, l.Bv.F32} {
-			r(v)
+		for _, t := range []*model.Tensor{&l.AttnNorm, &l.Wq, &l.Wk, &l.Wv, &l.Wo, &l.MLPNorm, &l.WGate, &l.WUp, &l.WDown, &l.Bq, &l.Bk, &l.Bv} {
+			r(t)
 		}
 	}
 }

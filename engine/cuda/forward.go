@@ -517,7 +517,7 @@ func (b *Backend) run(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) err
 	// tail (programmatic dependent launch; kernels.Ctx.SetPDL).
 	c.SetPDL(!b.opt.NoPDL)
 	defer c.SetPDL(false)
-	fused := T <= kernels.GemvMaxM && c.GemvFits(T, H)
+	fused := T <= kernels.GemvMaxM && c.GemvFits(T, H) && !cfg.QKVBias // biases add before RoPE
 	for l := range b.layers {
 		ly := &b.layers[l]
 		kc, vc := b.kc+kernels.DevicePtr(l)*layerBytes, b.vc+kernels.DevicePtr(l)*layerBytes
@@ -529,6 +529,11 @@ func (b *Backend) run(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) err
 		} else {
 			if err := b.mm(c, kernels.GemvNorm, ly.wqkv, b.x, 0, ly.attnNorm, b.gu, T, b.qkvDim, H); err != nil {
 				return fmt.Errorf("layer %d qkv: %w", l, err)
+			}
+			if ly.bqkv != 0 {
+				if err := c.AddBiasRows(b.gu, ly.bqkv, b.qkvDim, T); err != nil {
+					return fmt.Errorf("layer %d qkv bias: %w", l, err)
+				}
 			}
 			if err := c.RopeAppendPerm(b.gu, b.qkv, mp(lay.pos), mp(lay.slots), b.inv, kc, vc, T, nh, nkv, hd); err != nil {
 				return fmt.Errorf("layer %d rope: %w", l, err)
