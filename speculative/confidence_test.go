@@ -1,6 +1,7 @@
 package speculative
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -35,5 +36,47 @@ func TestConfidentLongDrafts(t *testing.T) {
 	t.Logf("%d tokens, %d steps, %d accepted: %.2f accepted per step", len(got), res.Spec.Steps, res.Spec.Accepted, per)
 	if per < 3 {
 		t.Fatalf("exact prediction accepted %.2f tokens per step through the adaptive engine, want >= 3 (without the Confident hook and the look-ahead: about 2; the engine measures its step costs, so this leaves room for a loaded machine)", per)
+	}
+}
+
+// TestKnownSourcePrior: a draft source's record over earlier requests is
+// the prior of a new request's estimate. After near misses that are
+// rejected after two tokens and predictions that are confirmed whole, a
+// fresh request's aligned near-miss cursor is trusted less than the
+// default prior and its aligned prediction cursor more.
+func TestKnownSourcePrior(t *testing.T) {
+	k := NewKnown(KnownConfig{})
+	draft := []int32{10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21}
+	other := []int32{10, 11, 12, 90, 91, 92, 93, 94, 95, 96, 97, 98}
+	step := func(id engine.RequestID, src string, gen []int32) {
+		t.Helper()
+		_, err := k.Propose(context.Background(), []engine.ProposeRequest{{ID: id, Generated: gen, Budget: 8, MaxDepth: 8,
+			Known: []engine.KnownDraft{{Source: src, Tokens: draft}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 10 {
+		// a near miss: the target follows the draft for 3 tokens, then not
+		id := engine.RequestID(100 + i)
+		step(id, SourceNearMiss, other[:1])
+		step(id, SourceNearMiss, other[:5])
+		k.Release(id)
+		// a prediction: followed all the way
+		id = engine.RequestID(200 + i)
+		step(id, SourcePrediction, draft[:1])
+		step(id, SourcePrediction, draft[:9])
+		k.Release(id)
+	}
+	nm, pr := k.prior(SourceNearMiss), k.prior(SourcePrediction)
+	t.Logf("priors after 10 requests each: near_miss %.3f, prediction %.3f (default %.2f)", nm, pr, knownPrior)
+	if !(nm < knownPrior-0.1) || !(pr > knownPrior+0.03) {
+		t.Fatalf("priors near_miss %.3f, prediction %.3f: want below %.2f-0.1 and above %.2f+0.03", nm, pr, knownPrior, knownPrior)
+	}
+	// a fresh request, aligned after its first token: its estimate starts at the source's record
+	step(300, SourceNearMiss, draft[:1])
+	step(301, SourcePrediction, draft[:1])
+	if a, b := k.Confidence(300, 1), k.Confidence(301, 1); !(a < b) || !(a < knownPrior) {
+		t.Fatalf("confidence near_miss %.3f, prediction %.3f", a, b)
 	}
 }

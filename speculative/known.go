@@ -51,6 +51,51 @@ type Known struct {
 	cfg  KnownConfig
 	mu   sync.Mutex
 	reqs map[engine.RequestID]*knownReq
+	// src is, per draft source over all requests, the confirmed draft
+	// tokens and rejections (decayed): the prior of a request's own
+	// record. A client's prediction of an unchanged file is right ~19
+	// tokens in 20, a near miss's answer (another question's) far less
+	// often; one prior for both overpaid near misses and underpaid
+	// predictions.
+	src map[string]*srcRecord
+}
+
+// srcRecord is a draft source's record over all requests.
+type srcRecord struct{ confirmed, rejects float64 }
+
+// srcPriorWeight is the weight, in tokens, of knownPrior in a source's
+// record; srcDecayAt halves a record that grew past it.
+const (
+	srcPriorWeight = 20
+	srcDecayAt     = 4096
+)
+
+// prior is the source's continuation rate (confirmed / (confirmed +
+// rejects)) over all requests, with knownPrior at weight srcPriorWeight.
+func (k *Known) prior(src string) float64 {
+	r := k.src[src]
+	if r == nil {
+		return knownPrior
+	}
+	return (r.confirmed + knownPrior*srcPriorWeight) / (r.confirmed + r.rejects + srcPriorWeight)
+}
+
+// record adds a cursor's new confirmations and rejections to its source's record.
+func (k *Known) record(src string, confirmed, rejects int) {
+	if confirmed == 0 && rejects == 0 {
+		return
+	}
+	r := k.src[src]
+	if r == nil {
+		r = &srcRecord{}
+		k.src[src] = r
+	}
+	r.confirmed += float64(confirmed)
+	r.rejects += float64(rejects)
+	if r.confirmed+r.rejects > srcDecayAt {
+		r.confirmed /= 2
+		r.rejects /= 2
+	}
 }
 
 type knownReq struct {
@@ -73,7 +118,7 @@ const knownPrior = 0.9
 
 // NewKnown returns a Known proposer.
 func NewKnown(cfg KnownConfig) *Known {
-	return &Known{cfg: cfg.withDefaults(), reqs: map[engine.RequestID]*knownReq{}}
+	return &Known{cfg: cfg.withDefaults(), reqs: map[engine.RequestID]*knownReq{}, src: map[string]*srcRecord{}}
 }
 
 // Release implements engine.Proposer.
@@ -111,7 +156,9 @@ func (k *Known) Propose(_ context.Context, reqs []engine.ProposeRequest) ([]engi
 		st.seen = len(r.Generated)
 		t := newTrie()
 		for j, c := range st.drafts {
+			conf, rej := c.ctl.confirmed, c.ctl.rejects
 			c.ctl.observe(gained)
+			k.record(c.src, c.ctl.confirmed-conf, c.ctl.rejects-rej)
 			k.follow(c, r.Generated, gained)
 			if c.at < -1 || c.ctl.paused() {
 				continue
@@ -140,7 +187,8 @@ func (k *Known) Propose(_ context.Context, reqs []engine.ProposeRequest) ([]engi
 
 // Confidence implements engine.Confident: for a request whose draft cursor
 // is aligned (not paused, not a guess), the cursor's record of confirmed
-// tokens against rejections (prior 0.9); 0 past the end of every aligned
+// tokens against rejections (prior: its source's record over all requests,
+// itself starting at 0.9); 0 past the end of every aligned
 // draft; no opinion (-1) otherwise. Before its first Propose call a request
 // gets 0.9 (the gateway attaches Known only to requests with known drafts,
 // and a draft is aligned with the output's start): without it the engine's
@@ -159,7 +207,7 @@ func (k *Known) Confidence(id engine.RequestID, depth int) float64 {
 		}
 		aligned = true
 		if depth <= len(c.toks)-1-c.at {
-			best = max(best, c.ctl.rate(knownPrior, 5))
+			best = max(best, c.ctl.rate(k.prior(c.src), 5))
 		}
 	}
 	if !aligned {

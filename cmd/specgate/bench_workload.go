@@ -196,6 +196,8 @@ type wlResult struct {
 	reqs, tokens       int
 	plain, drafts      time.Duration
 	steps, gen         int
+	draftSteps         int // verification steps with a draft (usage.speculative.steps)
+	proposed, accepted int // draft nodes verified and accepted (usage.speculative)
 	bySource           map[string]gateway.SpeculativeSource
 	nearMiss, wouldHit int
 	mismatches         int
@@ -269,7 +271,7 @@ func runBenchWorkload(args []string) error {
 	fmt.Printf("specgate bench workload: backend %s, %d items per trace, %d repetition(s), greedy; medians over repetitions\n", backend, *n, *reps)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	var differ []string
-	fmt.Fprintln(tw, "trace\tbackend\trequests\ttokens\ttau\tplain tok/s\tdrafts tok/s\tspeedup\tnear-miss drafts\tcache-hit answers avoided\tsaved ms/req\taccepted/proposed by source (all reps)\t")
+	fmt.Fprintln(tw, "trace\tbackend\trequests\ttokens\ttau\tplain tok/s\tdrafts tok/s\tspeedup\tdraft steps\tnodes/step\taccepted/step\tnear-miss drafts\tcache-hit answers avoided\tsaved ms/req\taccepted/proposed by source (all reps)\t")
 	for _, name := range names {
 		rs := results[name]
 		r := rs[0] // requests, tokens and the counts of the first repetition
@@ -296,8 +298,13 @@ func runBenchWorkload(args []string) error {
 			s := tot[k]
 			src = append(src, fmt.Sprintf("%s %d/%d", k, s.Accepted, s.Proposed))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.2f\t%.1f\t%.1f\t%.2fx\t%d\t%d\t%.1f\t%s\t\n", name, strings.Fields(backend)[0], r.reqs, r.tokens,
-			med(taus), med(pt), med(dt), med(sp), r.nearMiss, r.wouldHit, med(saved), strings.Join(src, ", "))
+		ds, nodes, accs := 0, 0, 0
+		for _, x := range rs {
+			ds, nodes, accs = ds+x.draftSteps, nodes+x.proposed, accs+x.accepted
+		}
+		perStep := func(v int) float64 { return float64(v) / float64(max(ds, 1)) }
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.2f\t%.1f\t%.1f\t%.2fx\t%d\t%.1f\t%.2f\t%d\t%d\t%.1f\t%s\t\n", name, strings.Fields(backend)[0], r.reqs, r.tokens,
+			med(taus), med(pt), med(dt), med(sp), r.draftSteps, perStep(nodes), perStep(accs), r.nearMiss, r.wouldHit, med(saved), strings.Join(src, ", "))
 		for _, x := range rs {
 			if x.mismatches > 0 {
 				differ = append(differ, fmt.Sprintf("%s: %d", name, x.mismatches))
@@ -306,7 +313,9 @@ func runBenchWorkload(args []string) error {
 	}
 	tw.Flush()
 	fmt.Println("tau = completion tokens after the first / target decode steps (drafts run); speedup = plain time / drafts time, same requests,")
-	fmt.Println("each pair interleaved; saved = (plain - drafts time) per request; near-miss drafts = requests drafted from a cache near miss;")
+	fmt.Println("each pair interleaved; draft steps = verification steps with a draft (first repetition); nodes/step and accepted/step = draft")
+	fmt.Println("nodes the engine's budget granted and verified, and of them accepted, per draft step (all repetitions);")
+	fmt.Println("saved = (plain - drafts time) per request; near-miss drafts = requests drafted from a cache near miss;")
 	fmt.Println("cache-hit answers avoided = requests a cache-on pass answers from the cache, unverified, and which this run generated")
 	fmt.Println("(verified against its drafts) instead; the response cache serves nothing in the measured passes.")
 	if len(differ) > 0 {
@@ -393,6 +402,9 @@ func wlRun(ctx context.Context, base, key string, tr wlTrace, seed int) (wlResul
 		res.gen += max(d.completion-1, 0)
 		res.steps += max(d.completion-1, 0) // minus the accepted draft tokens below: one target step per other token
 		if d.spec != nil {
+			res.draftSteps += d.spec.Steps
+			res.proposed += d.spec.Proposed
+			res.accepted += d.spec.Accepted
 			res.steps -= d.spec.Accepted
 			for k, s := range d.spec.BySource {
 				t := res.bySource[k]
