@@ -120,6 +120,9 @@ func Export(dir, out string, typ Type) (Stats, error) {
 	if err != nil {
 		return Stats{}, fmt.Errorf("%s: %w", dir, err)
 	}
+	if cfg.QKVBias { // the "llama" GGUF architecture has no q/k/v biases
+		return Stats{}, fmt.Errorf("%s: config.json: architectures %s: %w (LlamaForCausalLM is)", dir, cfg.Arch, ErrUnsupported)
+	}
 	switch cfg.RopeScaling.Type {
 	case "", engine.RopeDefault, engine.RopeLinear:
 	default:

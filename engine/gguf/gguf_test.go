@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -307,6 +308,11 @@ func TestUnsupported(t *testing.T) {
 	}
 	if _, statErr := os.Stat(filepath.Join(dir, "x.gguf")); statErr == nil {
 		t.Error("a failed export left its output file")
+	}
+	// Qwen2 (q/k/v biases) has no place in the "llama" GGUF architecture.
+	_, err = Export("../testdata/hf/rand-qwen2", filepath.Join(dir, "q.gguf"), F16)
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "Qwen2ForCausalLM") {
+		t.Fatalf("Qwen2 export: err = %v, want ErrUnsupported naming the architecture", err)
 	}
 }
 
