@@ -1,0 +1,489 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/specgate/specgate/cache"
+)
+
+// proxyChat forwards a chat request to an upstream through the response
+// cache (when the body parses): JSON answers through cache.Do, streams
+// through the stream flight, teed (cachefront.go). The body is forwarded
+// as sent.
+func (s *Server) proxyChat(c *fiber.Ctx, ur *upstreamRoute, body []byte, head modelOnly) error {
+	stream := head.Stream != nil && *head.Stream
+	if s.cache == nil {
+		return s.proxy(c, ur, "/chat/completions", body, stream, nil)
+	}
+	var req ChatCompletionRequest
+	if decodeJSON(body, &req) != nil {
+		return s.proxy(c, ur, "/chat/completions", body, stream, nil)
+	}
+	cr := upstreamCacheRequest(c, body, head.Model, &req, stream)
+	if stream {
+		return s.proxyChatStream(c, ur, body, cr, req.StreamOptions != nil && req.StreamOptions.IncludeUsage != nil && *req.StreamOptions.IncludeUsage)
+	}
+	var status int
+	var ctype string
+	gen := func(ctx context.Context) ([]byte, float64, error) {
+		st, ct, b, release, err := s.forwardBuffered(c, ur, "/chat/completions", body)
+		status, ctype = st, ct
+		if err != nil {
+			return nil, 0, err
+		}
+		b = bytes.Clone(b) // kept by the cache
+		release()
+		if st != http.StatusOK {
+			// Not cacheable: hand the upstream's answer back as an error.
+			return nil, 0, &upstreamStatus{status: st, ctype: ct, body: b}
+		}
+		var u struct {
+			Usage Usage `json:"usage"`
+		}
+		_ = json.Unmarshal(b, &u)
+		return b, float64(u.Usage.CompletionTokens), nil
+	}
+	l, out, err := s.cache.Do(s.baseCtx, cr, gen)
+	setCacheHeaders(c, l)
+	res := reservationOf(c)
+	var us *upstreamStatus
+	switch {
+	case errors.As(err, &us):
+		res.settle(0)
+		c.Set(fiber.HeaderContentType, us.ctype)
+		return c.Status(us.status).Send(us.body)
+	case err != nil:
+		res.settle(0)
+		return s.upstreamError(c, ur, err)
+	}
+	switch v := viewOf(l); {
+	case l.Hit && v != nil && v.usage != nil:
+		res.settle(v.usage.TotalTokens)
+	default:
+		if n, ok := usedTokens(out); ok {
+			res.settle(n)
+		} else if res != nil {
+			res.settle(res.n)
+		}
+	}
+	if v := viewOf(l); l.Hit && v != nil {
+		id := v.storedID
+		if id == "" {
+			id = newCompletionID(endpointChat)
+		}
+		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+		c.Status(http.StatusOK)
+		v.body.write(c, id, time.Now().Unix())
+		return nil
+	}
+	if l.Hit {
+		var id string
+		var m map[string]json.RawMessage
+		if json.Unmarshal(out, &m) == nil {
+			_ = json.Unmarshal(m["id"], &id)
+		}
+		if id == "" {
+			id = newCompletionID(endpointChat)
+		}
+		out, _ = rewriteCached(out, id, time.Now().Unix(), true)
+		ctype = fiber.MIMEApplicationJSON
+		status = http.StatusOK
+	}
+	if ctype == "" {
+		ctype = fiber.MIMEApplicationJSON
+	}
+	if status == 0 {
+		status = http.StatusOK
+	}
+	c.Set(fiber.HeaderContentType, ctype)
+	return c.Status(status).Send(out)
+}
+
+// proxyChatStream serves a streamed upstream chat request from the cache
+// when it hits with an answer a stream can replay, else forwards it, teed
+// into the cache.
+func (s *Server) proxyChatStream(c *fiber.Ctx, ur *upstreamRoute, body []byte, cr *cache.Request, includeUsage bool) error {
+	l, err := s.cache.Get(s.baseCtx, cr)
+	if err != nil && !cacheSkipped(err) {
+		s.logger(c).Warn("cache lookup failed", "err", err)
+	}
+	if l.Hit && !plainChat(l.Response) {
+		// Stored from a JSON answer a stream replay would not reproduce
+		// (tool calls, logprobs, …): the upstream answers this one, and it
+		// is not stored over the entry.
+		c.Set(cache.HeaderCache, headerBypass)
+		c.Set(headerBypassReason, "not-replayable")
+		return s.proxy(c, ur, "/chat/completions", body, true, nil)
+	}
+	setCacheHeaders(c, l)
+	if !l.Hit {
+		tee := &streamTee{creq: cr}
+		if l.ID != "" && !cr.NoCache && !cr.NoStore {
+			// Cacheable miss: identical concurrent streams share one
+			// upstream call; followers replay the leader's answer.
+			fl, leader := s.flights.join(l.Namespace + "\x00" + l.ID)
+			if !leader {
+				ctx, cancel := context.WithCancel(s.baseCtx)
+				watch := watchConnLazily(c.Context().Conn(), cancel)
+				shared, ok := fl.wait(ctx)
+				watch.stop()
+				cancel()
+				if ok {
+					return s.replayUpstreamSSE(c, shared, false, includeUsage)
+				}
+				// The leader failed or its client left: forward ourselves.
+			} else {
+				tee.flight = fl
+			}
+		}
+		return s.proxy(c, ur, "/chat/completions", body, true, tee)
+	}
+	if v := viewOf(l); v != nil {
+		if t, ok := v.sseFor(includeUsage); ok {
+			settleUsage(reservationOf(c), v.usage)
+			setSSEHeaders(c)
+			t.write(c, newCompletionID(endpointChat), time.Now().Unix())
+			return nil
+		}
+	}
+	return s.replayUpstreamSSE(c, l.Response, true, includeUsage)
+}
+
+// replayUpstreamSSE streams a stored (hit) or shared answer to an upstream
+// chat stream request.
+func (s *Server) replayUpstreamSSE(c *fiber.Ctx, stored []byte, hit, includeUsage bool) error {
+	id, created := newCompletionID(endpointChat), time.Now().Unix()
+	out, usage := rewriteCached(stored, id, created, hit)
+	settleUsage(reservationOf(c), usage)
+	setSSEHeaders(c)
+	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+		writeReplay(w, out, usage, id, created, includeUsage, true)
+	})
+	return nil
+}
+
+// settleUsage settles a reservation with a replayed answer's usage.
+func settleUsage(res *reservation, u *Usage) {
+	if u != nil {
+		res.settle(u.TotalTokens)
+		return
+	}
+	res.settle(0)
+}
+
+type upstreamStatus struct {
+	status int
+	ctype  string
+	body   []byte
+}
+
+func (e *upstreamStatus) Error() string { return fmt.Sprintf("upstream status %d", e.status) }
+
+func (s *Server) upstreamError(c *fiber.Ctx, ur *upstreamRoute, err error) error {
+	s.logger(c).Warn("upstream failed", "upstream", ur.up.cfg.Name, "err", err)
+	var ue *upstreamErr
+	cause := err
+	timeout := errors.Is(err, context.DeadlineExceeded)
+	if errors.As(err, &ue) {
+		cause, timeout = ue.err, timeout || ue.timeout
+	}
+	if timeout {
+		return &APIError{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "upstream_timeout",
+			Message: fmt.Sprintf("Upstream %s did not answer in time: %v", ur.up.cfg.Name, cause)}
+	}
+	return &APIError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_error",
+		Message: fmt.Sprintf("Upstream %s failed: %v", ur.up.cfg.Name, cause)}
+}
+
+// forwardBuffered sends body and reads the whole answer (bounded). The
+// answer's body is valid until release is called (the fasthttp client's
+// pooled response); release is never nil.
+func (s *Server) forwardBuffered(c *fiber.Ctx, ur *upstreamRoute, path string, body []byte) (status int, ctype string, b []byte, release func(), err error) {
+	noop := func() {}
+	out, err := withModel(body, c.Locals(localModel).(string), ur.target)
+	if err != nil {
+		return 0, "", nil, noop, err
+	}
+	if ur.up.fast != nil {
+		var gone atomic.Bool
+		watch := watchConnLazily(c.Context().Conn(), func() { gone.Store(true) })
+		fc, err := ur.up.doFast(s.baseCtx, gone.Load, path, out, fastHeaders(c), s.met)
+		watch.stop()
+		if err != nil {
+			return 0, "", nil, noop, err
+		}
+		return fc.resp.StatusCode(), string(fc.resp.Header.ContentType()), fc.resp.Body(), fc.release, nil
+	}
+	ctx, cancel := context.WithCancel(s.baseCtx)
+	defer cancel()
+	watch := watchConnLazily(c.Context().Conn(), func() { cancel() })
+	defer watch.stop()
+	resp, err := ur.up.do(ctx, http.MethodPost, path, out, forwardHeaders(c), s.met)
+	if err != nil {
+		return 0, "", nil, noop, err
+	}
+	defer resp.Body.Close()
+	b, err = io.ReadAll(io.LimitReader(resp.Body, maxUpstreamBody+1))
+	if err != nil {
+		return 0, "", nil, noop, &upstreamErr{name: ur.up.cfg.Name, timeout: errors.Is(err, errIdleTimeout), err: fmt.Errorf("reading the body: %w", err)}
+	}
+	if len(b) > maxUpstreamBody {
+		return 0, "", nil, noop, ur.up.fail(fmt.Errorf("response exceeds %d bytes", maxUpstreamBody))
+	}
+	return resp.StatusCode, resp.Header.Get("Content-Type"), b, noop, nil
+}
+
+// reserveUpstream takes a proxied request's tokens from the caller's
+// tokens-per-minute budget before it is forwarded: a prompt estimate (a
+// token per 4 bytes of the body, which overestimates) plus max_tokens (or
+// the upstream's default_max_tokens) per choice. The reservation is kept
+// in the request's locals and settled with the upstream's usage.
+// The fields come from the handler's one decode of the body (modelOnly),
+// kept raw there so that a bad value is the upstream's to reject.
+func (s *Server) reserveUpstream(c *fiber.Ctx, ur *upstreamRoute, body []byte, head *modelOnly) error {
+	maxTok := ur.up.cfg.DefaultMaxTokens
+	if v, ok := rawInt(head.MaxCompletionTokens); ok && v > 0 {
+		maxTok = v
+	}
+	if v, ok := rawInt(head.MaxTokens); ok && v > 0 {
+		maxTok = v
+	}
+	n := 1
+	if v, ok := rawInt(head.N); ok && v > 1 {
+		n = min(v, 128)
+	}
+	res, err := s.reserveTokens(c, len(body)/4+n*maxTok)
+	if err != nil {
+		return err
+	}
+	c.Locals(localReservation, res)
+	return nil
+}
+
+// rawInt reads a raw JSON value as an int (ok = false: absent, null or
+// not an integer that fits).
+func rawInt(raw json.RawMessage) (int, bool) {
+	if len(raw) == 0 || raw[0] == 'n' {
+		return 0, false
+	}
+	var v int
+	if json.Unmarshal(raw, &v) != nil {
+		return 0, false
+	}
+	return v, true
+}
+
+func reservationOf(c *fiber.Ctx) *reservation {
+	r, _ := c.Locals(localReservation).(*reservation)
+	return r
+}
+
+// usedTokens reads usage.total_tokens of an upstream JSON answer (ok =
+// false when it has none).
+func usedTokens(body []byte) (int, bool) {
+	var u struct {
+		Usage *Usage `json:"usage"`
+	}
+	if json.Unmarshal(body, &u) != nil || u.Usage == nil {
+		return 0, false
+	}
+	return u.Usage.TotalTokens, true
+}
+
+// settleBuffered settles a buffered upstream answer: nothing for a failure
+// or a non-200 status, the reported usage when there is one, else the
+// whole reservation.
+func settleBuffered(res *reservation, status int, body []byte) {
+	if res == nil {
+		return
+	}
+	if status != http.StatusOK {
+		res.settle(0)
+		return
+	}
+	if n, ok := usedTokens(body); ok {
+		res.settle(n)
+		return
+	}
+	res.settle(res.n)
+}
+
+// proxy forwards body to the upstream at path and relays the answer:
+// buffered, or (stream) relayed event by event as it arrives. Retries
+// happen only before any byte reached the client. A stream with a cache
+// request (tee, its lookup missed) is teed into the cache: its chunks are
+// assembled into the chat completion they add up to (chatAssembler), which
+// is stored and handed to the requests waiting on its flight.
+func (s *Server) proxy(c *fiber.Ctx, ur *upstreamRoute, path string, body []byte, stream bool, tee *streamTee) error {
+	if stream {
+		return s.proxyStream(c, ur, path, body, tee)
+	}
+	res := reservationOf(c)
+	st, ct, b, release, err := s.forwardBuffered(c, ur, path, body)
+	defer release()
+	settleBuffered(res, st, b)
+	if err != nil {
+		return s.upstreamError(c, ur, err)
+	}
+	if ct == "" {
+		ct = fiber.MIMEApplicationJSON
+	}
+	c.Set(fiber.HeaderContentType, ct)
+	c.Status(st)
+	c.Response().SetBody(b) // a copy into fiber's response buffer
+	return nil
+}
+
+// proxyStream forwards a streaming request and relays the upstream's
+// stream event by event (teed into the cache when tee is set).
+func (s *Server) proxyStream(c *fiber.Ctx, ur *upstreamRoute, path string, body []byte, tee *streamTee) error {
+	res := reservationOf(c)
+	out, err := withModel(body, c.Locals(localModel).(string), ur.target)
+	if err != nil {
+		res.settle(0)
+		tee.fail()
+		return errInvalid("", "invalid_json", "We could not parse the JSON body of your request: %v", err)
+	}
+	ctx, cancel := context.WithCancel(s.baseCtx)
+	watch := watchConn(c.Context().Conn(), cancel)
+	s.inflight.Add(1)
+	resp, err := ur.up.do(ctx, http.MethodPost, path, out, forwardHeaders(c), s.met)
+	if err != nil {
+		watch.stop()
+		cancel()
+		s.inflight.Done()
+		res.settle(0)
+		tee.fail()
+		return s.upstreamError(c, ur, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		tee.fail()
+		defer resp.Body.Close()
+		defer s.inflight.Done()
+		defer cancel()
+		defer watch.stop()
+		res.settle(0)
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxUpstreamBody))
+		c.Set(fiber.HeaderContentType, resp.Header.Get("Content-Type"))
+		return c.Status(resp.StatusCode).Send(b)
+	}
+	ct := resp.Header.Get("Content-Type")
+	if ct != "" {
+		c.Set(fiber.HeaderContentType, ct)
+	} else {
+		setSSEHeaders(c)
+	}
+	c.Set(fiber.HeaderCacheControl, "no-cache")
+	log := s.logger(c)
+	name := ur.up.cfg.Name
+	sse := ct == "" || strings.HasPrefix(strings.ToLower(ct), "text/event-stream")
+	prompt := len(body) / 4
+	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer s.inflight.Done()
+		defer watch.stop()
+		defer cancel()
+		defer resp.Body.Close()
+		if !sse {
+			tee.fail()
+			n, err := copyStream(w, resp.Body, cancel)
+			if err != nil && ctx.Err() == nil {
+				log.Warn("upstream stream broke", "upstream", name, "bytes", n, "err", err)
+			}
+			res.settle(prompt + int(n/4))
+			return
+		}
+		var asm *chatAssembler
+		var onData func([]byte)
+		if tee != nil {
+			asm = &chatAssembler{}
+			onData = asm.add
+		}
+		r := relaySSE(w, resp.Body, onData)
+		switch {
+		case r.usage != nil:
+			res.settle(r.usage.TotalTokens)
+		default:
+			// No usage chunk (stream_options.include_usage unset): about one
+			// token per content event.
+			res.settle(prompt + r.events)
+		}
+		if r.done && !r.clientGone {
+			tee.store(s, asm)
+		} else {
+			tee.fail()
+		}
+		if r.clientGone || r.done {
+			return
+		}
+		// The upstream stream broke (reset, cut before [DONE], or stalled
+		// past idle_timeout): tell the client instead of ending a clean 200.
+		ae := streamBroken(name, r, ctx)
+		log.Warn("upstream stream broke", "upstream", name, "events", r.events, "err", ae.Message)
+		sw := &sseWriter{w: w}
+		sw.event(ae)
+		sw.done()
+	})
+	return nil
+}
+
+// streamBroken is the error event for an upstream stream that ended
+// without [DONE].
+func streamBroken(name string, r relayResult, ctx context.Context) *APIError {
+	ae := &APIError{Status: http.StatusBadGateway, Type: "server_error", Code: "upstream_error"}
+	switch {
+	case r.err == nil:
+		ae.Message = fmt.Sprintf("Upstream %s ended the stream before [DONE].", name)
+	case errors.Is(r.err, errIdleTimeout):
+		ae.Status, ae.Code = http.StatusGatewayTimeout, "upstream_timeout"
+		ae.Message = fmt.Sprintf("Upstream %s stalled: %v.", name, r.err)
+	case ctx.Err() != nil:
+		ae.Status, ae.Code = http.StatusServiceUnavailable, "service_unavailable"
+		ae.Message = "The server is shutting down; the stream was cancelled."
+	default:
+		ae.Message = fmt.Sprintf("Upstream %s stream broke: %v.", name, r.err)
+	}
+	return ae
+}
+
+// upstreamCacheRequest is the cache's view of an upstream chat request: the
+// normalised messages (normalize.go), and everything else that can change
+// the answer in the namespace, as compact JSON: all fields but the messages
+// (the key), temperature (its own part of the namespace), model, user and
+// the stream flags (a JSON answer and a stream share entries).
+func upstreamCacheRequest(c *fiber.Ctx, body []byte, model string, req *ChatCompletionRequest, stream bool) *cache.Request {
+	noCache, noStore := cacheControl(c)
+	temp := 1.0
+	if req.Temperature != nil {
+		temp = *req.Temperature
+	}
+	var params map[string]json.RawMessage
+	_ = json.Unmarshal(body, &params)
+	cr := &cache.Request{Tenant: tenantOf(c), Model: model, Temperature: temp, NoCache: noCache, NoStore: noStore,
+		Stream: stream, Params: map[string]string{"endpoint": "chat"}}
+	for k, v := range params {
+		switch k {
+		case "messages", "temperature", "model", "user", "stream", "stream_options":
+		default:
+			var b bytes.Buffer
+			if json.Compact(&b, v) == nil {
+				cr.Params[k] = b.String()
+			} else {
+				cr.Params[k] = string(v)
+			}
+		}
+	}
+	cr.System, cr.Messages = cacheMessages(normalizeChat(req.Messages))
+	return cr
+}
