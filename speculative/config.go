@@ -238,7 +238,10 @@ func hashFile(path string) ([]byte, error) {
 // draftDir returns (nil, nil): no speculation. k = 0 turns on adaptive
 // speculation with the method's default maximum depth; k > 0 fixes the
 // depth (chain length) at k. vocab and freq are Config.VocabLimit and
-// Config.TokenFrequency (`--draft-vocab N --draft-freq FILE`).
+// Config.TokenFrequency (`--draft-vocab N --draft-freq FILE`); vocab < 0
+// is DefaultVocabLimit where token frequencies are found (freq, or
+// token_frequency.json next to the draft or the target), else the whole
+// vocabulary.
 func FromFlags(target *engine.Model, draftDir, method string, k, vocab int, freq string) (*Draft, error) {
 	if draftDir == "" {
 		return nil, nil
@@ -246,13 +249,18 @@ func FromFlags(target *engine.Model, draftDir, method string, k, vocab int, freq
 	if k < 0 {
 		return nil, fmt.Errorf("%w: --spec-k %d negative", ErrConfig, k)
 	}
-	cfg := Config{Method: Method(method), K: k, Adaptive: k == 0, VocabLimit: vocab, TokenFrequency: freq}
+	cfg := Config{Method: Method(method), K: k, Adaptive: k == 0, VocabLimit: max(vocab, 0), TokenFrequency: freq}
 	if _, err := cfg.withDefaults(); err != nil {
 		return nil, fmt.Errorf("--spec: %w", err)
 	}
 	draft, err := engine.Load(draftDir, engine.LoadOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("--draft: %w", err)
+	}
+	if vocab < 0 {
+		if _, err := frequencyPath(cfg, target, draft); err == nil {
+			cfg.VocabLimit = DefaultVocabLimit
+		}
 	}
 	d, err := NewDraft(target, draft, cfg)
 	if err != nil {

@@ -149,9 +149,11 @@ func TestVocabMismatchShipped(t *testing.T) {
 	if s.VocabLimit() != target.Config.VocabSize {
 		t.Fatalf("no vocab limit: drafts from %d tokens", s.VocabLimit())
 	}
-	// a vocabulary limit: without frequencies (none next to the models), a
-	// missing file, a file of another vocabulary, then the shipped one.
-	if _, err := FromFlags(target, "../models/specgate-draft", "chain", 2, 2048, ""); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), TokenFrequencyFile) {
+	// a vocabulary limit: without frequencies (random models have no
+	// directory), a missing file, a file of another vocabulary, the
+	// target's own file (the default), then the CLI's auto default.
+	rt, rd := tinyPair()
+	if _, err := NewDraft(rt, rd, Config{VocabLimit: 6}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), TokenFrequencyFile) {
 		t.Fatalf("vocab limit without frequencies: %v", err)
 	}
 	if _, err := FromFlags(target, "../models/specgate-draft", "chain", 2, 2048, filepath.Join(dir, "nope.json")); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "nope.json") {
@@ -167,11 +169,20 @@ func TestVocabMismatchShipped(t *testing.T) {
 	if _, err := NewDraft(target, sameNoTok, Config{VocabLimit: -1}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("negative vocab limit: %v", err)
 	}
-	s, err = FromFlags(target, "../models/specgate-draft", "chain", 2, 2048, shippedFrequency)
+	for _, freq := range []string{shippedFrequency, ""} {
+		s, err = FromFlags(target, "../models/specgate-draft", "chain", 2, 2048, freq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.VocabLimit() != 2048 {
+			t.Fatalf("vocab limit 2048, frequencies %q: drafts from %d tokens", freq, s.VocabLimit())
+		}
+	}
+	s, err = FromFlags(target, "../models/specgate-draft", "chain", 0, -1, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.VocabLimit() != 2048 {
-		t.Fatalf("vocab limit 2048: drafts from %d tokens", s.VocabLimit())
+	if s.VocabLimit() != DefaultVocabLimit {
+		t.Fatalf("auto vocab limit with the target's frequencies: drafts from %d tokens", s.VocabLimit())
 	}
 }

@@ -17,6 +17,13 @@ import (
 // Medusa heads ship (models/specgate-target-medusa).
 const TokenFrequencyFile = "token_frequency.json"
 
+// DefaultVocabLimit is the restricted draft vocabulary of the generate
+// CLI's default (FromFlags with vocab < 0) where token frequencies are
+// found: on the shipped target's own continuations the 2048 most frequent
+// tokens cover 92.4% of the tokens (4096: 98.0%), and the shipped draft's
+// forward costs about half of its full-vocabulary one.
+const DefaultVocabLimit = 2048
+
 // draftHead is a draft model's LM head restricted to its most frequent
 // tokens (FR-Spec, Zhao et al. 2025): the draft forward stops at the final
 // hidden state (engine.BatchItem.HiddenOnly) and the proposer projects it

@@ -33,7 +33,7 @@ func runBenchSpec(args []string) error {
 	medusaDir := fs.String("medusa", "models/specgate-target-medusa", "Medusa heads directory for the medusa rows (\"\" = none)")
 	medusaVocab := fs.Int("medusa-vocab", 2048, "Medusa heads' vocabulary limit (most frequent tokens; 0 = all)")
 	draftVocab := fs.String("draft-vocab", "0", "comma-separated draft LM-head vocabulary limits (FR-Spec: the N most frequent tokens; 0 = all): each draft-model mode runs once per limit, rows named \"MODE v=N\"")
-	draftFreq := fs.String("draft-freq", "models/specgate-target-medusa/token_frequency.json", "token frequencies ({\"counts\": [...]}) ranking the draft's restricted vocabulary")
+	draftFreq := fs.String("draft-freq", "", "token frequencies ({\"counts\": [...]}) ranking the draft's restricted vocabulary (default: token_frequency.json in the draft's or the target's directory)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole benchmark to this file")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -18,7 +18,7 @@ func init() {
 			fs.StringVar(&draft, "draft", "", "draft model directory (enables speculative decoding)")
 			fs.StringVar(&method, "spec", "chain", "speculation shape: chain | tree | dynamic")
 			fs.IntVar(&k, "spec-k", 0, "chain length / tree depth, every step (0 = adaptive: the engine drafts only what pays)")
-			fs.IntVar(&vocab, "draft-vocab", 0, "restrict the draft's LM head to the N most frequent tokens (FR-Spec; cheaper draft forwards on the CPU; 0 = all)")
+			fs.IntVar(&vocab, "draft-vocab", -1, "restrict the draft's LM head to the N most frequent tokens (FR-Spec: cheaper draft forwards; 0 = all; -1 = 2048 where token frequencies are found, else all)")
 			fs.StringVar(&freq, "draft-freq", "", "token frequencies ({\"counts\": [...]}) for --draft-vocab (default: token_frequency.json in the draft's or the target's directory)")
 		},
 		build: func(target *engine.Model, o engine.Options) (engine.Options, error) {
