@@ -117,7 +117,9 @@ type SpeculativeConfig struct {
 	Adaptive bool   `yaml:"adaptive"`
 	// Heads is the Medusa heads directory (method medusa; default: draft).
 	Heads string `yaml:"heads"`
-	// VocabLimit restricts Medusa heads to the most frequent tokens (0 = all).
+	// VocabLimit restricts Medusa heads, or a draft model's LM head
+	// (speculative.Config.VocabLimit, token_frequency.json next to the
+	// draft or the target), to the most frequent tokens (0 = all).
 	VocabLimit int `yaml:"vocab_limit"`
 }
 

@@ -216,7 +216,7 @@ func loadModels(cfg *gateway.Config, log *slog.Logger) ([]*gateway.LocalModel, f
 // ("4,2,2,1": children per depth) selects a static tree, otherwise a chain
 // of k draft tokens.
 func speculativeConfig(c gateway.SpeculativeConfig) (speculative.Config, error) {
-	sc := speculative.Config{Method: speculative.MethodChain, K: c.K, Adaptive: c.Adaptive}
+	sc := speculative.Config{Method: speculative.MethodChain, K: c.K, Adaptive: c.Adaptive, VocabLimit: c.VocabLimit}
 	if c.Tree == "" {
 		return sc, nil
 	}
