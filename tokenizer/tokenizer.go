@@ -1,4 +1,5 @@
-// Package tokenizer implements Hugging Face tokenizer.json tokenizers in pure Go:
+// Package tokenizer implements Hugging Face tokenizer.json tokenizers in pure Go (WordPiece for the
+// BERT encoder of the cache: wordpiece.go; for generative models):
 // byte-level BPE (GPT-2 / Llama-3 style) and SentencePiece-style BPE (Llama-2 style with
 // Metaspace and byte fallback), added/special tokens, the normalizers, pre-tokenizers,
 // post-processors and decoders these families use, streaming detokenization, and a small

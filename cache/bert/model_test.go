@@ -84,7 +84,7 @@ func writeRandomModel(t testing.TB, cfg Config, seed uint64, mutate func(map[str
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), cj, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), []byte(readFile(t, "testdata/tiny/tokenizer.json")), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), []byte(readFile(t, "../../tokenizer/testdata/wordpiece-tiny/tokenizer.json")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return dir, w

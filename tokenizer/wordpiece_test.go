@@ -1,14 +1,15 @@
-package bert
+package tokenizer
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 )
 
-func loadTiny(t *testing.T) *Tokenizer {
+func loadTiny(t *testing.T) *WordPiece {
 	t.Helper()
-	tok, err := LoadTokenizer("testdata/tiny/tokenizer.json")
+	tok, err := LoadWordPiece("testdata/wordpiece-tiny/tokenizer.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -17,8 +18,8 @@ func loadTiny(t *testing.T) *Tokenizer {
 
 // The expectations follow the Hugging Face BertNormalizer +
 // BertPreTokenizer + WordPiece rules, worked out by hand for the 32-token
-// vocabulary of testdata/tiny/tokenizer.json.
-func TestTokenizerEncode(t *testing.T) {
+// vocabulary of testdata/wordpiece-tiny/tokenizer.json.
+func TestWordPieceEncode(t *testing.T) {
 	tok := loadTiny(t)
 	for _, tc := range []struct {
 		name, in, want string
@@ -57,7 +58,7 @@ func TestTokenizerEncode(t *testing.T) {
 	}
 }
 
-func TestTokenizerIDs(t *testing.T) {
+func TestWordPieceIDs(t *testing.T) {
 	tok := loadTiny(t)
 	ids := tok.Encode("Hello, World!", 512)
 	want := []int32{2, 5, 7, 6, 8, 3}
@@ -74,9 +75,9 @@ func TestTokenizerIDs(t *testing.T) {
 	}
 }
 
-func TestTokenizerNoStripAccents(t *testing.T) {
-	data := strings.Replace(readFile(t, "testdata/tiny/tokenizer.json"), `"strip_accents": null`, `"strip_accents": false`, 1)
-	tok, err := ParseTokenizer("inline", []byte(data))
+func TestWordPieceNoStripAccents(t *testing.T) {
+	data := strings.Replace(readWP(t, "testdata/wordpiece-tiny/tokenizer.json"), `"strip_accents": null`, `"strip_accents": false`, 1)
+	tok, err := ParseWordPiece("inline", []byte(data))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,22 +92,22 @@ func TestTokenizerNoStripAccents(t *testing.T) {
 	}
 }
 
-func TestTokenizerErrors(t *testing.T) {
-	base := readFile(t, "testdata/tiny/tokenizer.json")
+func TestWordPieceErrors(t *testing.T) {
+	base := readWP(t, "testdata/wordpiece-tiny/tokenizer.json")
 	for name, data := range map[string]string{
 		"not json":         "{",
 		"bpe model":        strings.Replace(base, `"type": "WordPiece",`+"\n  \"unk_token\"", `"type": "BPE",`+"\n  \"unk_token\"", 1),
 		"unk missing":      strings.Replace(base, `"unk_token": "[UNK]"`, `"unk_token": "<unk>"`, 1),
 		"other normalizer": strings.Replace(base, `"type": "BertNormalizer"`, `"type": "NFKC"`, 1),
 	} {
-		if _, err := ParseTokenizer(name, []byte(data)); !errors.Is(err, ErrFormat) {
+		if _, err := ParseWordPiece(name, []byte(data)); !errors.Is(err, ErrFormat) {
 			t.Errorf("%s: got %v, want ErrFormat", name, err)
 		}
 	}
 }
 
-func TestTokenizerPostProcessors(t *testing.T) {
-	base := readFile(t, "testdata/tiny/tokenizer.json")
+func TestWordPiecePostProcessors(t *testing.T) {
+	base := readWP(t, "testdata/wordpiece-tiny/tokenizer.json")
 	start := strings.Index(base, `"post_processor": {`)
 	end := strings.Index(base, `"decoder":`)
 	with := func(pp string) string { return base[:start] + `"post_processor": ` + pp + ",\n " + base[end:] }
@@ -117,7 +118,7 @@ func TestTokenizerPostProcessors(t *testing.T) {
 		{"bert", `{"type":"BertProcessing","sep":["[SEP]",3],"cls":["[CLS]",2]}`, "[CLS] hello world [SEP]"},
 		{"template with two prefixes", `{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"[CLS]","type_id":0}},{"SpecialToken":{"id":"[MASK]","type_id":0}},{"Sequence":{"id":"A","type_id":0}}],"special_tokens":{"[CLS]":{"ids":[2]},"[MASK]":{"ids":[4]}}}`, "[CLS] [MASK] hello world"},
 	} {
-		tok, err := ParseTokenizer(tc.name, []byte(with(tc.pp)))
+		tok, err := ParseWordPiece(tc.name, []byte(with(tc.pp)))
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -126,7 +127,7 @@ func TestTokenizerPostProcessors(t *testing.T) {
 		}
 	}
 	// Without specials, truncation counts text tokens only.
-	tok, _ := ParseTokenizer("null", []byte(with("null")))
+	tok, _ := ParseWordPiece("null", []byte(with("null")))
 	if got := strings.Join(tok.Tokens(tok.Encode("unaffable hello", 2)), " "); got != "un ##aff" {
 		t.Errorf("truncation without specials: %q", got)
 	}
@@ -135,28 +136,28 @@ func TestTokenizerPostProcessors(t *testing.T) {
 		"unknown special": `{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}},{"Sequence":{"id":"A","type_id":0}}],"special_tokens":{}}`,
 		"no sequence":     `{"type":"TemplateProcessing","single":[],"special_tokens":{}}`,
 	} {
-		if _, err := ParseTokenizer(name, []byte(with(pp))); !errors.Is(err, ErrFormat) {
+		if _, err := ParseWordPiece(name, []byte(with(pp))); !errors.Is(err, ErrFormat) {
 			t.Errorf("%s: got %v, want ErrFormat", name, err)
 		}
 	}
 	tr := strings.Replace(base, `"truncation": null`, `"truncation": {"direction": "Right", "max_length": 5, "strategy": "LongestFirst", "stride": 0}`, 1)
-	tok, err := ParseTokenizer("trunc", []byte(tr))
+	tok, err := ParseWordPiece("trunc", []byte(tr))
 	if err != nil || tok.Truncation() != 5 {
 		t.Fatalf("truncation: %v %v", tok, err)
 	}
 	tr = strings.Replace(tr, `"Right"`, `"Left"`, 1)
-	if _, err := ParseTokenizer("left", []byte(tr)); !errors.Is(err, ErrFormat) {
+	if _, err := ParseWordPiece("left", []byte(tr)); !errors.Is(err, ErrFormat) {
 		t.Fatalf("left truncation: %v", err)
 	}
 }
 
-// FuzzEncode: any input gives [CLS] … [SEP] within maxLen, with ids from
+// FuzzWordPieceEncode: any input gives [CLS] … [SEP] within maxLen, with ids from
 // the vocabulary, without panicking.
-func FuzzEncode(f *testing.F) {
+func FuzzWordPieceEncode(f *testing.F) {
 	for _, s := range []string{"", "Hello, World!", "中文 café", "[MASK][MASK]", "\x00\xff\u200b", "unaffable unaffable"} {
 		f.Add(s, 8)
 	}
-	tok, err := LoadTokenizer("testdata/tiny/tokenizer.json")
+	tok, err := LoadWordPiece("testdata/wordpiece-tiny/tokenizer.json")
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -175,4 +176,13 @@ func FuzzEncode(f *testing.F) {
 			}
 		}
 	})
+}
+
+func readWP(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -1,9 +1,8 @@
-package bert
+package tokenizer
 
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"unicode"
@@ -12,13 +11,10 @@ import (
 	"golang.org/x/text/unicode/norm"
 )
 
-// MaxTokenizerBytes bounds the size of tokenizer.json.
-const MaxTokenizerBytes = 64 << 20
-
-// Tokenizer is a BERT WordPiece tokenizer read from a Hugging Face
+// WordPiece is a BERT WordPiece tokenizer read from a Hugging Face
 // tokenizer.json (model WordPiece, normalizer BertNormalizer, pre-tokenizer
 // BertPreTokenizer). It is immutable and safe for concurrent use.
-type Tokenizer struct {
+type WordPiece struct {
 	vocab        map[string]int32
 	unk          int32
 	before       []int32 // special ids the post-processor puts before the text ([CLS])
@@ -31,15 +27,15 @@ type Tokenizer struct {
 
 	// added holds special/added tokens matched verbatim in the raw text,
 	// longest first.
-	added []addedToken
+	added []wpAdded
 }
 
-type addedToken struct {
+type wpAdded struct {
 	content string
 	id      int32
 }
 
-type tokenizerJSON struct {
+type wpJSON struct {
 	AddedTokens []struct {
 		ID         int32  `json:"id"`
 		Content    string `json:"content"`
@@ -57,7 +53,7 @@ type tokenizerJSON struct {
 	PreTokenizer *struct {
 		Type string `json:"type"`
 	} `json:"pre_tokenizer"`
-	PostProcessor *postProcessorJSON `json:"post_processor"`
+	PostProcessor *wpPostJSON `json:"post_processor"`
 	Truncation    *struct {
 		Direction string `json:"direction"`
 		MaxLength int    `json:"max_length"`
@@ -71,25 +67,20 @@ type tokenizerJSON struct {
 	} `json:"model"`
 }
 
-// LoadTokenizer reads a tokenizer.json.
-func LoadTokenizer(path string) (*Tokenizer, error) {
-	st, err := os.Stat(path)
+// LoadWordPiece reads a WordPiece tokenizer.json (BERT family: the
+// cache's sentence encoder). The byte-level/SentencePiece BPE tokenizers of
+// generative models are Tokenizer (Load, FromJSON).
+func LoadWordPiece(path string) (*WordPiece, error) {
+	data, err := readBounded(path) // the bound of every tokenizer file: MaxFileSize
 	if err != nil {
-		return nil, fmt.Errorf("bert: %w", err)
+		return nil, fmt.Errorf("wordpiece: %w", err)
 	}
-	if st.Size() > MaxTokenizerBytes {
-		return nil, fmt.Errorf("%w: %s is %d bytes > %d", ErrFormat, path, st.Size(), MaxTokenizerBytes)
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("bert: %w", err)
-	}
-	return ParseTokenizer(path, data)
+	return ParseWordPiece(path, data)
 }
 
-// ParseTokenizer parses tokenizer.json content; name is used in errors.
-func ParseTokenizer(name string, data []byte) (*Tokenizer, error) {
-	var tj tokenizerJSON
+// ParseWordPiece parses tokenizer.json content; name is used in errors.
+func ParseWordPiece(name string, data []byte) (*WordPiece, error) {
+	var tj wpJSON
 	if err := json.Unmarshal(data, &tj); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrFormat, name, err)
 	}
@@ -103,7 +94,7 @@ func ParseTokenizer(name string, data []byte) (*Tokenizer, error) {
 	if len(m.Vocab) == 0 {
 		return nil, bad("model.vocab", "empty")
 	}
-	t := &Tokenizer{vocab: m.Vocab, prefix: "##", maxWordChars: m.MaxInputCharsPerWord,
+	t := &WordPiece{vocab: m.Vocab, prefix: "##", maxWordChars: m.MaxInputCharsPerWord,
 		cleanText: true, chineseChars: true, lowercase: true}
 	if m.ContinuingSubwordPrefix != nil {
 		t.prefix = *m.ContinuingSubwordPrefix
@@ -166,14 +157,14 @@ func ParseTokenizer(name string, data []byte) (*Tokenizer, error) {
 		if a.Content == "" || a.Normalized {
 			continue // tokens matched after normalization are not supported; BERT's specials are not normalized
 		}
-		t.added = append(t.added, addedToken{a.Content, a.ID})
+		t.added = append(t.added, wpAdded{a.Content, a.ID})
 	}
 	sort.SliceStable(t.added, func(i, j int) bool { return len(t.added[i].content) > len(t.added[j].content) })
 	return t, nil
 }
 
 // VocabSize returns 1 + the largest id of the vocabulary.
-func (t *Tokenizer) VocabSize() int {
+func (t *WordPiece) VocabSize() int {
 	n := int32(0)
 	for _, id := range t.vocab {
 		n = max(n, id+1)
@@ -187,7 +178,7 @@ func (t *Tokenizer) VocabSize() int {
 // truncated on the right so that the whole sequence has at most maxLen ids
 // (the specials are kept). maxLen ≤ 0 means no limit. The result is a new
 // slice owned by the caller.
-func (t *Tokenizer) Encode(text string, maxLen int) []int32 {
+func (t *WordPiece) Encode(text string, maxLen int) []int32 {
 	budget := -1 // text tokens allowed; -1 = unlimited
 	if maxLen > 0 {
 		budget = max(maxLen-len(t.before)-len(t.after), 0)
@@ -216,9 +207,9 @@ func (t *Tokenizer) Encode(text string, maxLen int) []int32 {
 }
 
 // Truncation returns tokenizer.json's truncation.max_length (0 = none).
-func (t *Tokenizer) Truncation() int { return t.truncation }
+func (t *WordPiece) Truncation() int { return t.truncation }
 
-type postProcessorJSON struct {
+type wpPostJSON struct {
 	Type   string            `json:"type"`
 	Cls    []json.RawMessage `json:"cls"`
 	Sep    []json.RawMessage `json:"sep"`
@@ -237,7 +228,7 @@ type postProcessorJSON struct {
 
 // parsePostProcessor fills before/after from a BertProcessing or
 // TemplateProcessing post-processor (single-sequence template).
-func (t *Tokenizer) parsePostProcessor(name string, pp *postProcessorJSON, look func(field, tok string) (int32, error)) error {
+func (t *WordPiece) parsePostProcessor(name string, pp *wpPostJSON, look func(field, tok string) (int32, error)) error {
 	bad := func(field, format string, args ...any) error {
 		return fmt.Errorf("%w: %s: post_processor.%s: %s", ErrFormat, name, field, fmt.Sprintf(format, args...))
 	}
@@ -295,7 +286,7 @@ func (t *Tokenizer) parsePostProcessor(name string, pp *postProcessorJSON, look 
 }
 
 // Tokens returns the vocabulary strings of ids (for debugging and tests).
-func (t *Tokenizer) Tokens(ids []int32) []string {
+func (t *WordPiece) Tokens(ids []int32) []string {
 	inv := make(map[int32]string, len(t.vocab))
 	for s, id := range t.vocab {
 		inv[id] = s
@@ -310,27 +301,27 @@ func (t *Tokenizer) Tokens(ids []int32) []string {
 	return out
 }
 
-type segment struct {
+type wpSegment struct {
 	text string
 	id   int32 // ≥ 0: an added token
 }
 
 // splitAdded cuts text at verbatim occurrences of added tokens (leftmost,
 // longest first), as the Hugging Face tokenizer does before normalizing.
-func (t *Tokenizer) splitAdded(text string) []segment {
+func (t *WordPiece) splitAdded(text string) []wpSegment {
 	if len(t.added) == 0 {
-		return []segment{{text, -1}}
+		return []wpSegment{{text, -1}}
 	}
-	var out []segment
+	var out []wpSegment
 	start := 0
 	for i := 0; i < len(text); {
 		matched := false
 		for _, a := range t.added {
 			if strings.HasPrefix(text[i:], a.content) {
 				if start < i {
-					out = append(out, segment{text[start:i], -1})
+					out = append(out, wpSegment{text[start:i], -1})
 				}
-				out = append(out, segment{a.content, a.id})
+				out = append(out, wpSegment{a.content, a.id})
 				i += len(a.content)
 				start = i
 				matched = true
@@ -343,14 +334,14 @@ func (t *Tokenizer) splitAdded(text string) []segment {
 		}
 	}
 	if start < len(text) {
-		out = append(out, segment{text[start:], -1})
+		out = append(out, wpSegment{text[start:], -1})
 	}
 	return out
 }
 
 // normalize applies BertNormalizer: clean text, space out CJK characters,
 // strip accents (NFD, drop Mn), lowercase — in that order.
-func (t *Tokenizer) normalize(s string) string {
+func (t *WordPiece) normalize(s string) string {
 	var b strings.Builder
 	b.Grow(len(s) + 8)
 	for _, r := range s {
@@ -407,7 +398,7 @@ func lowerFull(s string) string {
 
 // preTokenize applies BertPreTokenizer: split on whitespace (dropped) and
 // around every punctuation character (kept as its own word).
-func (t *Tokenizer) preTokenize(s string) []string {
+func (t *WordPiece) preTokenize(s string) []string {
 	var words []string
 	start := -1
 	for i, r := range s {
@@ -437,7 +428,7 @@ func (t *Tokenizer) preTokenize(s string) []string {
 
 // wordPiece appends the greedy longest-match-first pieces of word to ids, or
 // [UNK] when the word is too long or cannot be covered.
-func (t *Tokenizer) wordPiece(ids []int32, word string) []int32 {
+func (t *WordPiece) wordPiece(ids []int32, word string) []int32 {
 	if utf8.RuneCountInString(word) > t.maxWordChars {
 		return append(ids, t.unk)
 	}
