@@ -33,13 +33,16 @@ func init() {
 			if st == nil || st.Steps == 0 {
 				return ""
 			}
-			s := fmt.Sprintf("[speculative %s: %d target steps, %d proposed, %d accepted",
-				method, st.Steps, st.Proposed, st.Accepted)
+			// every decode step emits one token plus its accepted drafts (steps
+			// without a draft, multi-step greedy ones included, emit one); the
+			// first token comes from the prefill
+			steps := max(res.CompletionTokens-1-st.Accepted, 1)
+			s := fmt.Sprintf("[speculative %s: %d target steps (%d with a draft), %d proposed, %d accepted",
+				method, steps, st.Steps, st.Proposed, st.Accepted)
 			if st.Proposed > 0 {
 				s += fmt.Sprintf(", acceptance %.3f", float64(st.Accepted)/float64(st.Proposed))
 			}
-			// tokens per target step; the first token comes from the prefill
-			s += fmt.Sprintf(", τ %.2f tokens/step]", float64(res.CompletionTokens-1)/float64(st.Steps))
+			s += fmt.Sprintf(", τ %.2f tokens/step]", float64(res.CompletionTokens-1)/float64(steps))
 			return s
 		},
 	})
