@@ -10,7 +10,6 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"os"
 	"unsafe"
 
 	"github.com/specgate/specgate/engine"
@@ -39,6 +38,10 @@ type Options struct {
 	// NoDeviceSampling makes SamplesOnDevice report false, so the engine
 	// samples on the CPU (also with SPECGATE_DEVICE_SAMPLING=0).
 	NoDeviceSampling bool
+	// NoGraphBatched captures only GEMV-sized steps as CUDA graphs, not the
+	// batched ones of up to MaxGraphTokens tokens with cuBLAS GEMMs inside
+	// (also with SPECGATE_GRAPH_BATCHED=0).
+	NoGraphBatched bool
 	// TimeSteps records device events around each forward's uploads and
 	// kernels (not the copy back), read with StepTimes (benchmarks).
 	TimeSteps bool
@@ -102,8 +105,10 @@ var _ engine.Backend = (*Backend)(nil)
 
 // New copies w (converted to fp16) onto GPU opt.Device and allocates a KV
 // cache of opt.NumSlots slots. w may be nil when opt.Random is set. The
-// backend keeps no reference to w.
+// backend keeps no reference to w. The environment's switches
+// (options_env.go) apply here, once.
 func New(cfg engine.Config, w *engine.Weights, opt Options) (*Backend, error) {
+	opt = opt.withEnv()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -131,7 +136,7 @@ func New(cfg engine.Config, w *engine.Weights, opt Options) (*Backend, error) {
 	if opt.Eps > 0 {
 		b.eps = opt.Eps
 	}
-	if !opt.NoAttnTile && os.Getenv("SPECGATE_ATTN_TILE") != "0" {
+	if !opt.NoAttnTile {
 		b.tileTokens = kernels.AttnTileTokens(cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim)
 	}
 	if err := dev.Do(func(c *kernels.Ctx) error { return b.load(c, w) }); err != nil {

@@ -3,7 +3,6 @@ package cuda
 import (
 	"fmt"
 	"math"
-	"os"
 	"unsafe"
 
 	"github.com/specgate/specgate/engine"
@@ -298,7 +297,7 @@ func (b *Backend) forward(reqs []*engine.ForwardRequest, argOut []int32) error {
 // decisions), so it can be captured once per (T, R) and replayed.
 // Batched steps (more than GemvMaxM tokens, up to MaxGraphTokens, no
 // attn_tile prefill tiles) run their cuBLAS GEMMs inside the graph too
-// (GraphBatched; SPECGATE_GRAPH_BATCHED=0 turns it off).
+// (Options.NoGraphBatched, or SPECGATE_GRAPH_BATCHED=0, turns it off).
 func (b *Backend) graphable(c *kernels.Ctx, T, R int) bool {
 	cfg := b.cfg
 	if b.opt.NoGraphs || R < 1 {
@@ -308,15 +307,11 @@ func (b *Backend) graphable(c *kernels.Ctx, T, R int) bool {
 		c.GemvFits(T, cfg.HiddenSize) && c.GemvFits(T, cfg.QDim()) && c.GemvFits(T, cfg.IntermediateSize) {
 		return true
 	}
-	return GraphBatched && b.nTiles == 0 && T <= MaxGraphTokens && R <= MaxGraphTokens && kernels.HasCUBLAS() && !b.opt.NoCUBLAS
+	return !b.opt.NoGraphBatched && b.nTiles == 0 && T <= MaxGraphTokens && R <= MaxGraphTokens && kernels.HasCUBLAS() && !b.opt.NoCUBLAS
 }
 
 // MaxGraphTokens is the largest step captured as a CUDA graph.
 const MaxGraphTokens = 64
-
-// GraphBatched: capture steps of GemvMaxM+1..MaxGraphTokens tokens (cuBLAS
-// GEMMs) as CUDA graphs too; off with SPECGATE_GRAPH_BATCHED=0.
-var GraphBatched = os.Getenv("SPECGATE_GRAPH_BATCHED") != "0"
 
 // graphKey identifies a captured step: tokens, logits rows, device argmax.
 type graphKey struct {

@@ -3,7 +3,6 @@ package cuda
 import (
 	"fmt"
 	"math"
-	"os"
 	"unsafe"
 
 	"github.com/specgate/specgate/engine"
@@ -18,7 +17,7 @@ var _ engine.DeviceSampler = (*Backend)(nil)
 // SamplesOnDevice implements engine.DeviceSampler: true unless
 // Options.NoDeviceSampling or SPECGATE_DEVICE_SAMPLING=0.
 func (b *Backend) SamplesOnDevice() bool {
-	return !b.opt.NoDeviceSampling && os.Getenv("SPECGATE_DEVICE_SAMPLING") != "0"
+	return !b.opt.NoDeviceSampling
 }
 
 // sampleIO is the device and pinned host memory of one step's device

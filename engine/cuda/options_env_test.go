@@ -1,0 +1,19 @@
+package cuda
+
+import "testing"
+
+// The environment switches only turn features off, and only through Options.
+func TestOptionsWithEnv(t *testing.T) {
+	t.Setenv(EnvAttnTile, "0")
+	t.Setenv(EnvDeviceSampling, "1")
+	t.Setenv(EnvGraphBatched, "")
+	o := Options{NoGraphBatched: true}.withEnv()
+	if !o.NoAttnTile || o.NoDeviceSampling || !o.NoGraphBatched {
+		t.Fatalf("withEnv: %+v", o)
+	}
+	t.Setenv(EnvAttnTile, "")
+	t.Setenv(EnvDeviceSampling, "0")
+	if o := (Options{}).withEnv(); o.NoAttnTile || !o.NoDeviceSampling || o.NoGraphBatched {
+		t.Fatalf("withEnv: %+v", o)
+	}
+}
