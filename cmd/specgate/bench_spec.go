@@ -35,6 +35,7 @@ func runBenchSpec(args []string) error {
 	draftVocab := fs.String("draft-vocab", "0", "comma-separated draft LM-head vocabulary limits (FR-Spec: the N most frequent tokens; 0 = all): each draft-model mode runs once per limit, rows named \"MODE v=N\"")
 	draftFreq := fs.String("draft-freq", "", "token frequencies ({\"counts\": [...]}) ranking the draft's restricted vocabulary (default: token_frequency.json in the draft's or the target's directory)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole benchmark to this file")
+	control := fs.Bool("control", true, "end every run with plain decoding again in its own engine (row \"plain (control)\"): the run's noise and order effect")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -105,6 +106,12 @@ func runBenchSpec(args []string) error {
 			return fmt.Errorf("bench-spec: --modes: unknown mode(s) %v; modes: %s", want, strings.Join(names, ", "))
 		}
 		modes = sel
+	}
+	if *control {
+		// plain decoding again, in its own engine, after every other mode:
+		// its distance from 1.00x is the noise (machine drift, order) of a
+		// run, the yardstick for the speculative rows.
+		modes = append(modes, speculative.BenchMode{Name: "plain (control)"})
 	}
 	all := speculative.BenchPrompts()
 	if *prompts < 1 || *prompts > len(all) || *tokens < 1 || *tokens > 512 || *runs < 1 || *runs > 20 {
