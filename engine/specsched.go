@@ -168,7 +168,7 @@ func (e *Engine) calibrate() {
 				return
 			}
 		}
-		e.cost.observe(n, best)
+		e.cost.observeCalibrated(n, best)
 	}
 }
 

@@ -48,12 +48,31 @@ func costBucket(T int) int {
 // observe records a step of T tokens that took secs. Steps before the
 // first one-token step are not recorded (nothing to scale them by; the
 // engine calibrates before its first speculative step).
-func (c *stepCost) observe(T int, secs float64) {
+func (c *stepCost) observe(T int, secs float64) { c.observeN(T, secs, 1) }
+
+// observeCalibrated records a calibration timing (best of several forwards
+// on a scratch sequence): it counts as denseAt timings, so that the size
+// is priced by it until real steps of that size outvote it, and sparse
+// sizes are held to it (see sparse caps in observeN).
+func (c *stepCost) observeCalibrated(T int, secs float64) { c.observeN(T, secs, denseAt) }
+
+// denseAt is how many timings make a size's price trusted on its own.
+// A size with fewer is priced at most at the interpolation of its nearest
+// trusted neighbours: its first timing is often an outlier (on the GPU the
+// first step of a new (tokens, rows) shape runs eagerly and captures its
+// CUDA graph, several times a replay's cost; on a shared CPU, a spike), and
+// a size priced too high is never granted and timed again. Optimism about
+// rarely timed sizes makes the budget try them, and the timings correct it.
+const denseAt = 3
+
+func (c *stepCost) observeN(T int, secs float64, times int) {
 	if T <= 0 || !(secs > 0) {
 		return
 	}
 	if T == 1 {
-		c.base.add(secs)
+		for range times {
+			c.base.add(secs)
+		}
 	} else {
 		if c.base.n == 0 {
 			return
@@ -67,7 +86,9 @@ func (c *stepCost) observe(T int, secs float64) {
 			w = &costWindow{}
 			c.ratios[b] = w
 		}
-		w.add(secs / c.base.v)
+		for range times {
+			w.add(secs / c.base.v)
+		}
 	}
 	c.keys = append(c.keys[:0], 1)
 	for k := range c.ratios {
@@ -77,6 +98,28 @@ func (c *stepCost) observe(T int, secs float64) {
 	c.ys = append(c.ys[:0], 1)
 	for _, k := range c.keys[1:] {
 		c.ys = append(c.ys, c.ratios[k].v)
+	}
+	// sparse sizes: at most the interpolation of the nearest dense ones
+	// (the one-token size is dense: its ratio is 1 by definition)
+	lo := 0
+	for i := 1; i < len(c.keys); i++ {
+		if c.ratios[c.keys[i]].n >= denseAt {
+			lo = i
+			continue
+		}
+		hi := i + 1
+		for hi < len(c.keys) && c.ratios[c.keys[hi]].n < denseAt {
+			hi++
+		}
+		if hi == len(c.keys) {
+			continue // nothing dense above: keep its own timing
+		}
+		f := float64(c.keys[i]-c.keys[lo]) / float64(c.keys[hi]-c.keys[lo])
+		loV := 1.0
+		if lo > 0 {
+			loV = c.ratios[c.keys[lo]].v
+		}
+		c.ys[i] = min(c.ys[i], loV*(1-f)+c.ratios[c.keys[hi]].v*f)
 	}
 	// monotone: a size costs at most what the next larger measured size
 	// costs (timings err upwards), and at least a one-token step.

@@ -48,13 +48,41 @@ func TestStepCostSmallBucketTimedHigh(t *testing.T) {
 		c.observe(4, 1.4e-3)
 	}
 	c.observe(3, 5e-3) // timed once, in a spike: never granted (and timed) again
-	if got := c.at(3); got > c.at(4) {
-		t.Fatalf("at(3) = %g > at(4) = %g", got, c.at(4))
+	// a size timed fewer than denseAt times is priced at most at the
+	// interpolation of its dense neighbours: 1 + 2/3 x 0.4 ms
+	want3 := 1e-3 * (1 + 2.0/3*0.4)
+	if got := c.at(3); !nearRel(got, want3) {
+		t.Fatalf("at(3) = %g, want %g", got, want3)
 	}
-	// beyond the largest bucket: 1.4 ms plus the minimum slope (5% of a
-	// one-token step per token); the spike must not lift it
-	if got := c.at(8); !nearRel(got, 1.6e-3) {
-		t.Fatalf("at(8) = %g, want 1.6e-3", got)
+	// beyond the largest bucket: its last slope; the spike must not lift it
+	if got, want := c.at(8), 1.4e-3+4*(1.4e-3-want3); !nearRel(got, want) {
+		t.Fatalf("at(8) = %g, want %g", got, want)
+	}
+	// timed often enough at that price, the size keeps it (a real cost)
+	for range 3 {
+		c.observe(3, 5e-3)
+	}
+	if got := c.at(3); !nearRel(got, 1.4e-3) { // the envelope from above: at most at(4)
+		t.Fatalf("at(3) = %g after dense timings, want at(4) = 1.4e-3", got)
+	}
+}
+
+// TestStepCostCalibrationDense: a calibration timing counts as dense, so a
+// first real timing of that size far above it (a CUDA graph captured on
+// first use) does not move the price, while sizes between calibrated ones
+// are held to their interpolation.
+func TestStepCostCalibrationDense(t *testing.T) {
+	var c stepCost
+	c.observeCalibrated(1, 1e-3)
+	c.observeCalibrated(4, 2e-3)
+	c.observeCalibrated(8, 3e-3)
+	c.observe(8, 9e-3) // first real step of 8 tokens: eager run plus graph capture
+	if got := c.at(8); !nearRel(got, 3e-3) {
+		t.Fatalf("at(8) = %g, want the calibrated 3e-3", got)
+	}
+	c.observe(6, 8e-3) // first step of 6 tokens, never calibrated
+	if got := c.at(6); !nearRel(got, 2.5e-3) {
+		t.Fatalf("at(6) = %g, want the interpolation 2.5e-3", got)
 	}
 }
 
