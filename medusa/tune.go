@@ -151,25 +151,8 @@ type TreeNode struct {
 // best tree of its size for these statistics (the Medusa authors' method,
 // with joint frequencies instead of a product of per-head accuracies).
 func (s *Stats) GreedyTree(nodes, maxDepth int) []TreeNode {
-	total := float64(max(len(s.Ranks), 1))
 	maxDepth = min(maxDepth, s.Heads)
-	// count[path] over positions, computed lazily per candidate
-	count := func(path []int) float64 {
-		c := 0
-		for _, rk := range s.Ranks {
-			ok := true
-			for d, r := range path {
-				if int(rk[d]) != r {
-					ok = false
-					break
-				}
-			}
-			if ok {
-				c++
-			}
-		}
-		return float64(c) / total
-	}
+	count := s.PathValue
 	type cand struct {
 		path []int
 		v    float64
@@ -197,6 +180,31 @@ func (s *Stats) GreedyTree(nodes, maxDepth int) []TreeNode {
 		addChildren(best.path)
 	}
 	return out
+}
+
+// PathValue is the fraction of positions at which every head on path
+// ranked the target's continuation exactly as the path says: the path's
+// contribution to the expected tokens per step (a tree's expected τ is 1 +
+// the sum over its paths). Tuning a tree on one set of prompts and scoring
+// it with another set's PathValue gives an unbiased expected τ.
+func (s *Stats) PathValue(path []int) float64 {
+	if len(path) > s.Heads {
+		return 0
+	}
+	c := 0
+	for _, rk := range s.Ranks {
+		ok := true
+		for d, r := range path {
+			if int(rk[d]) != r {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			c++
+		}
+	}
+	return float64(c) / float64(max(len(s.Ranks), 1))
 }
 
 // ReadPrompts reads a prompts file: lines "kind<TAB>text" (kind is a label,

@@ -9,6 +9,10 @@
 //
 //	go run ./tools/medusatree -target models/specgate-target -heads models/specgate-target-medusa \
 //	    -prompts medusa/testdata/heldout_prompts.txt -n 200 -max-new 128 -nodes 64
+//
+// With -tune-offset N the tree is tuned on prompts [N, N+n) and scored
+// (expected τ, and measured τ with -measure) on prompts [0, n): a tree shape
+// judged on prompts it was not tuned on.
 package main
 
 import (
@@ -35,6 +39,7 @@ func main() {
 	maxRank := flag.Int("max-rank", 10, "top-k ranks considered per head")
 	vocab := flag.Int("vocab-limit", 0, "FR-Spec vocabulary limit for the heads (0 = full)")
 	measure := flag.String("measure", "", "comma-separated tree sizes to run through the engine (fixed draft): measured tau = tokens per target forward")
+	tuneOff := flag.Int("tune-offset", -1, "tune the tree on prompts [tune-offset, tune-offset+n) and report accuracy, expected and measured tau on prompts [0, n) (-1: tune and measure on the same prompts)")
 	flag.Parse()
 	target, err := engine.Load(*targetDir, engine.LoadOptions{})
 	if err != nil {
@@ -48,16 +53,34 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	var tuneTexts []string
+	if *tuneOff >= 0 {
+		if *tuneOff < *n || *tuneOff+*n > len(texts) {
+			log.Fatalf("-tune-offset %d: want n <= offset and offset+n <= %d prompts (n = %d)", *tuneOff, len(texts), *n)
+		}
+		tuneTexts = texts[*tuneOff : *tuneOff+*n]
+	}
 	if len(texts) > *n {
 		texts = texts[:*n]
 	}
-	var prompts [][]int32
-	for _, t := range texts {
-		prompts = append(prompts, target.Tokenizer.Encode(t, true))
+	encode := func(ts []string) [][]int32 {
+		var out [][]int32
+		for _, t := range ts {
+			out = append(out, target.Tokenizer.Encode(t, true))
+		}
+		return out
 	}
+	prompts := encode(texts)
 	st, err := medusa.Collect(context.Background(), target, heads, prompts, *maxNew, *maxRank)
 	if err != nil {
 		log.Fatal(err)
+	}
+	tuneSt := st
+	if tuneTexts != nil {
+		if tuneSt, err = medusa.Collect(context.Background(), target, heads, encode(tuneTexts), *maxNew, *maxRank); err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("tree tuned on prompts [%d, %d) (%d positions); accuracy and tau below on prompts [0, %d)\n", *tuneOff, *tuneOff+*n, len(tuneSt.Ranks), len(prompts))
 	}
 	a1, cnt := st.Accuracy(1)
 	a5, _ := st.Accuracy(5)
@@ -65,14 +88,15 @@ func main() {
 	for k := range a1 {
 		fmt.Printf("| %d | t+%d | %d | %.3f | %.3f |\n", k, k+2, cnt[k], a1[k], a5[k])
 	}
-	tree := st.GreedyTree(*nodes, heads.NumHeads)
+	tree := tuneSt.GreedyTree(*nodes, heads.NumHeads)
 	fmt.Println("\nnodes  tau(expected tokens per step)  last path  value")
 	tau := 1.0
 	var paths [][]int
 	for i, nd := range tree {
-		tau += nd.Value
+		v := st.PathValue(nd.Path) // = nd.Value when tuned on these prompts
+		tau += v
 		paths = append(paths, nd.Path)
-		fmt.Printf("%5d  %.3f  %v  %.4f\n", i+1, tau, nd.Path, nd.Value)
+		fmt.Printf("%5d  %.3f  %v  %.4f\n", i+1, tau, nd.Path, v)
 	}
 	b, _ := json.Marshal(paths)
 	fmt.Println("\ntree:", strings.ReplaceAll(string(b), "],[", "], ["))
