@@ -90,7 +90,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 			t.Fatalf("logit %d: %v vs %v after round trip", i, a[i], b[i])
 		}
 	}
-	// F16 weights load upcast; a misshapen tensor is named in the error.
+	// F16 weights load as F16 tensors; a misshapen tensor is named in the error.
 	var ts []safetensors.Tensor
 	for _, ws := range tensorShapes(cfg) {
 		name, shape := ws[0].(string), ws[1].([]int64)
