@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"testing"
+
+	"github.com/specgate/specgate/engine"
 )
 
 // BenchmarkChainK2 decodes 6 bench prompts × 64 tokens with chain k=2 on
@@ -31,5 +33,50 @@ func BenchmarkChainK2(b *testing.B) {
 		if _, err := Bench(target, draft, BenchOptions{Prompts: ps, MaxNew: 64, Runs: 1, Modes: []BenchMode{mode}, Concurrency: []int{conc}}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkDraftForward: one draft forward of one token at context 128 on
+// the shipped draft, as the proposer runs it: logits over the whole
+// vocabulary (vocab=all), or the final hidden row projected onto the 2048
+// / 1024 most frequent tokens' rows (FR-Spec). cpu-ns/op is the work; in a
+// decode loop the target's weights evict the draft's from the caches, so
+// there each forward costs more than here.
+func BenchmarkDraftForward(b *testing.B) {
+	target, draft := shippedPair(b)
+	for _, limit := range []int{0, 2048, 1024} {
+		name := "vocab=all"
+		if limit > 0 {
+			name = fmt.Sprintf("vocab=%d", limit)
+		}
+		b.Run(name, func(b *testing.B) {
+			d, err := NewDraft(target, draft, Config{Method: MethodChain, K: 1, VocabLimit: limit, TokenFrequency: shippedFrequency})
+			if err != nil {
+				b.Fatal(err)
+			}
+			s := draft.NewSequence()
+			defer s.Free()
+			ctx := make([]int32, 128)
+			for i := range ctx {
+				ctx[i] = int32(i*53%8000 + 5)
+			}
+			if _, err := s.Forward(ctx, nil, []int32{}); err != nil {
+				b.Fatal(err)
+			}
+			c0 := processCPU()
+			for b.Loop() {
+				if s.Len() >= 192 {
+					s.Truncate(128)
+				}
+				it := []engine.BatchItem{{Seq: s, Tokens: []int32{5}, HiddenOnly: d.head != nil}}
+				if err := draft.ForwardBatch(it); err != nil {
+					b.Fatal(err)
+				}
+				if _, rows := d.logits(it); len(rows[0]) == 0 {
+					b.Fatal("no logits")
+				}
+			}
+			b.ReportMetric(float64(processCPU()-c0)/float64(b.N), "cpu-ns/op")
+		})
 	}
 }
