@@ -53,7 +53,7 @@ type wpJSON struct {
 	PreTokenizer *struct {
 		Type string `json:"type"`
 	} `json:"pre_tokenizer"`
-	PostProcessor *wpPostJSON `json:"post_processor"`
+	PostProcessor json.RawMessage `json:"post_processor"`
 	Truncation    *struct {
 		Direction string `json:"direction"`
 		MaxLength int    `json:"max_length"`
@@ -141,7 +141,7 @@ func ParseWordPiece(name string, data []byte) (*WordPiece, error) {
 	if p := tj.PreTokenizer; p != nil && p.Type != "BertPreTokenizer" {
 		return nil, bad("pre_tokenizer.type", "%q, want BertPreTokenizer", p.Type)
 	}
-	if err := t.parsePostProcessor(name, tj.PostProcessor, look); err != nil {
+	if err := t.parsePostProcessor(name, tj.PostProcessor); err != nil {
 		return nil, err
 	}
 	if tr := tj.Truncation; tr != nil {
@@ -209,78 +209,31 @@ func (t *WordPiece) Encode(text string, maxLen int) []int32 {
 // Truncation returns tokenizer.json's truncation.max_length (0 = none).
 func (t *WordPiece) Truncation() int { return t.truncation }
 
-type wpPostJSON struct {
-	Type   string            `json:"type"`
-	Cls    []json.RawMessage `json:"cls"`
-	Sep    []json.RawMessage `json:"sep"`
-	Single []struct {
-		SpecialToken *struct {
-			ID string `json:"id"`
-		} `json:"SpecialToken"`
-		Sequence *struct {
-			ID string `json:"id"`
-		} `json:"Sequence"`
-	} `json:"single"`
-	SpecialTokens map[string]struct {
-		IDs []int32 `json:"ids"`
-	} `json:"special_tokens"`
-}
-
-// parsePostProcessor fills before/after from a BertProcessing or
-// TemplateProcessing post-processor (single-sequence template).
-func (t *WordPiece) parsePostProcessor(name string, pp *wpPostJSON, look func(field, tok string) (int32, error)) error {
-	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w: %s: post_processor.%s: %s", ErrFormat, name, field, fmt.Sprintf(format, args...))
-	}
-	if pp == nil {
+// parsePostProcessor fills before/after from the post-processor: the
+// package's own parser (post.go), restricted to what a BERT tokenizer uses
+// (BertProcessing or a single-sequence TemplateProcessing), with every
+// special id checked against the vocabulary.
+func (t *WordPiece) parsePostProcessor(name string, raw json.RawMessage) error {
+	if isNull(raw) {
 		return nil
 	}
-	switch pp.Type {
-	case "BertProcessing":
-		tokOf := func(field string, pair []json.RawMessage) (int32, error) {
-			var s string
-			if len(pair) != 2 || json.Unmarshal(pair[0], &s) != nil {
-				return 0, bad(field, "want [token, id]")
-			}
-			return look("post_processor."+field, s)
+	typ, err := componentType(raw, "post_processor")
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if typ != "BertProcessing" && typ != "TemplateProcessing" {
+		return fmt.Errorf("%w: %s: post_processor.type: %q, want BertProcessing, TemplateProcessing or null", ErrFormat, name, typ)
+	}
+	p, err := parsePostProcessor(raw, "post_processor", 0)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	t.before, t.after = p.wrap(nil, nil)
+	n := t.VocabSize()
+	for _, id := range append(append([]int32(nil), t.before...), t.after...) {
+		if id < 0 || int(id) >= n {
+			return fmt.Errorf("%w: %s: post_processor: special id %d not in the vocabulary (size %d)", ErrFormat, name, id, n)
 		}
-		cls, err := tokOf("cls", pp.Cls)
-		if err != nil {
-			return err
-		}
-		sep, err := tokOf("sep", pp.Sep)
-		if err != nil {
-			return err
-		}
-		t.before, t.after = []int32{cls}, []int32{sep}
-	case "TemplateProcessing":
-		seen := false
-		for i, item := range pp.Single {
-			switch {
-			case item.Sequence != nil:
-				if seen {
-					return bad("single", "more than one sequence")
-				}
-				seen = true
-			case item.SpecialToken != nil:
-				sp, ok := pp.SpecialTokens[item.SpecialToken.ID]
-				if !ok || len(sp.IDs) == 0 {
-					return bad("single", "item %d: special token %q not in special_tokens", i, item.SpecialToken.ID)
-				}
-				if seen {
-					t.after = append(t.after, sp.IDs...)
-				} else {
-					t.before = append(t.before, sp.IDs...)
-				}
-			default:
-				return bad("single", "item %d is neither SpecialToken nor Sequence", i)
-			}
-		}
-		if !seen {
-			return bad("single", "no sequence")
-		}
-	default:
-		return bad("type", "%q, want BertProcessing, TemplateProcessing or null", pp.Type)
 	}
 	return nil
 }

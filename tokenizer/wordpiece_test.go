@@ -132,9 +132,11 @@ func TestWordPiecePostProcessors(t *testing.T) {
 		t.Errorf("truncation without specials: %q", got)
 	}
 	for name, pp := range map[string]string{
-		"roberta":         `{"type":"RobertaProcessing","sep":["[SEP]",3],"cls":["[CLS]",2]}`,
-		"unknown special": `{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}},{"Sequence":{"id":"A","type_id":0}}],"special_tokens":{}}`,
-		"no sequence":     `{"type":"TemplateProcessing","single":[],"special_tokens":{}}`,
+		"roberta":          `{"type":"RobertaProcessing","sep":["[SEP]",3],"cls":["[CLS]",2]}`,
+		"unknown special":  `{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}},{"Sequence":{"id":"A","type_id":0}}],"special_tokens":{}}`,
+		"no sequence":      `{"type":"TemplateProcessing","single":[],"special_tokens":{}}`,
+		"id outside vocab": `{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"[CLS]","type_id":0}},{"Sequence":{"id":"A","type_id":0}}],"special_tokens":{"[CLS]":{"ids":[99999]}}}`,
+		"bytelevel":        `{"type":"ByteLevel","trim_offsets":true}`,
 	} {
 		if _, err := ParseWordPiece(name, []byte(with(pp))); !errors.Is(err, ErrFormat) {
 			t.Errorf("%s: got %v, want ErrFormat", name, err)
