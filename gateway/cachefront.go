@@ -10,25 +10,47 @@ import (
 )
 
 // The response cache in front of the providers (the local engine and
-// upstreams), JSON answers and streams alike. A request is looked up first
-// (the lookup decides X-Cache and serves hits, pre-rendered: cacheview.go);
-// on a miss:
+// upstreams), JSON answers and streams alike, with one single-flight. A
+// request is looked up first (the lookup decides X-Cache and serves hits,
+// pre-rendered: cacheview.go); a cacheable miss then joins its entry's
+// flight (joinFlight; the gateway's flights, keyed by namespace and entry
+// id), before its provider starts, so a follower never starts a generation
+// or an upstream call. The leader generates (runJSON, runLocal's stream,
+// proxyChat, proxyStream), answers its own client, and hands the complete
+// answer to the followers and to the cache (storeAnswer); followers replay
+// it as JSON or as a stream. A local stream's answer is rendered from its
+// chunks; an upstream's stream is teed: its chunks are assembled into the
+// chat completion they add up to (chatAssembler). Streams and JSON answers
+// of one request share flights and cache entries: a stored or shared JSON
+// answer replays as a stream (upstream answers only when a stream can
+// reproduce them: plainChat), and a stream's answer serves JSON.
 //
-//   - JSON answers, local or upstream, run through cache.Do (its
-//     single-flight shares one generation among identical requests and
-//     stores the answer): runJSON, proxyChat;
-//   - streams, local or upstream, join the gateway's stream flight
-//     (streamFlights, run.go) before their provider starts, so that a
-//     follower never starts a generation: the leader streams to its client
-//     and hands the complete answer to the followers (they replay it) and
-//     to the cache. A local stream's answer is rendered from its chunks; an
-//     upstream's stream is teed: its chunks are assembled into the chat
-//     completion they add up to (chatAssembler). The stream's provider must
-//     start before the flight could be the cache's own (its first event or
-//     status decides the HTTP status), which cache.Do cannot express.
-//
-// Streams and JSON answers of one request share cache entries: a stored
-// JSON answer replays as a stream and a stored stream answers JSON.
+// The flight is the gateway's rather than cache.Do's because a stream's
+// provider must start before its response headers (its first event or
+// status decides the HTTP status) and finish in the body writer, after
+// the handler returned; cache.Do takes the generation as one call. The
+// price: a miss embeds its key twice when the semantic tier is on (the
+// lookup's vector is not handed to Put).
+
+// joinFlight puts a request whose lookup (l) missed on the flight of its
+// cache entry: leader = true means it generates (fl is then its flight, nil
+// for requests that are not shared: bypassed lookups, Cache-Control
+// no-cache or no-store), else it waits for fl's leader.
+func (s *Server) joinFlight(l cache.Lookup, creq *cache.Request) (fl *streamFlight, leader bool) {
+	if l.ID == "" || creq.NoCache || creq.NoStore {
+		return nil, true
+	}
+	return s.flights.join(l.Namespace + "\x00" + l.ID)
+}
+
+// storeAnswer hands a generated answer to the flight's followers (fl may be
+// nil) and stores it (the cache skips what it must not store).
+func (s *Server) storeAnswer(fl *streamFlight, creq *cache.Request, body []byte, cost float64) {
+	fl.finish(body, true)
+	if err := s.cache.Put(context.Background(), creq, body, cost); err != nil && !cacheSkipped(err) {
+		s.log.Warn("cache store failed", "err", err)
+	}
+}
 
 // streamTee is an upstream stream's way into the cache: the request to store
 // it under and the flight it leads (nil: none). Its methods are safe on a
@@ -56,10 +78,7 @@ func (t *streamTee) store(s *Server, a *chatAssembler) {
 		t.fail()
 		return
 	}
-	t.flight.finish(b, true)
-	if err := s.cache.Put(context.Background(), t.creq, b, cost); err != nil && !cacheSkipped(err) {
-		s.log.Warn("cache store failed", "err", err)
-	}
+	s.storeAnswer(t.flight, t.creq, b, cost)
 }
 
 // chatAssembler collects the chunks of an upstream's chat stream into the

@@ -129,6 +129,43 @@ func TestUpstreamStreamTeedIntoCache(t *testing.T) {
 	}
 	u.delay = 0
 
+	// JSON requests and streams share one flight: two of each, concurrent,
+	// make one upstream call and get one answer.
+	u.calls.Store(0)
+	u.delay = 20 * time.Millisecond
+	texts := make(chan string, 4)
+	for i := 0; i < 4; i++ {
+		go func(stream bool) {
+			r := post(t, url, "", req("What is a quokka?", stream), nil)
+			if r.status != 200 {
+				t.Errorf("mixed: %d %s", r.status, r.body)
+				texts <- ""
+				return
+			}
+			if stream {
+				texts <- sseContent(t, r.body)
+			} else {
+				got, _ := chatContent(t, r.body)
+				texts <- got
+			}
+		}(i%2 == 0)
+		time.Sleep(2 * time.Millisecond)
+	}
+	var first string
+	for i := 0; i < 4; i++ {
+		tx := <-texts
+		if i == 0 {
+			first = tx
+		}
+		if tx == "" || tx != first {
+			t.Errorf("mixed JSON and stream answers differ: %q vs %q", tx, first)
+		}
+	}
+	if c := u.calls.Load(); c != 1 {
+		t.Errorf("2 JSON requests and 2 streams, concurrent: %d upstream calls, want 1", c)
+	}
+	u.delay = 0
+
 	// Tool calls: a stream is relayed but not stored; a stored JSON answer
 	// with tool calls is not replayed as a stream.
 	u.calls.Store(0)
@@ -145,5 +182,39 @@ func TestUpstreamStreamTeedIntoCache(t *testing.T) {
 	r = post(t, url, "", req("use a tool", true), nil)
 	if r.status != 200 || r.xcache != "BYPASS" || !strings.Contains(string(r.body), `"tool_calls"`) {
 		t.Fatalf("stream after a tool-call JSON answer: %d %q %q", r.status, r.xcache, r.body)
+	}
+}
+
+// A local model's JSON requests and streams share one flight too.
+func TestLocalJSONAndStreamShareOneGeneration(t *testing.T) {
+	g := &fakeGen{Reply: "a shared answer", Delay: 5 * time.Millisecond}
+	ts := startServer(t, Options{Models: []*LocalModel{fakeModel("m", g)}, Cache: newTestCache(t)})
+	url := ts.URL + "/v1/chat/completions"
+	texts := make(chan string, 4)
+	for i := 0; i < 4; i++ {
+		stream := i%2 == 1
+		go func() {
+			r := post(t, url, "", fmt.Sprintf(`{"model":"m","temperature":0,"stream":%v,"messages":[{"role":"user","content":"share me"}]}`, stream), nil)
+			if r.status != 200 || r.xcache != "MISS" {
+				t.Errorf("%d %q %s", r.status, r.xcache, r.body)
+				texts <- ""
+				return
+			}
+			if stream {
+				texts <- sseContent(t, r.body)
+			} else {
+				got, _ := chatContent(t, r.body)
+				texts <- got
+			}
+		}()
+		time.Sleep(2 * time.Millisecond)
+	}
+	for i := 0; i < 4; i++ {
+		if tx := <-texts; tx != "a shared answer" {
+			t.Errorf("answer %d: %q", i, tx)
+		}
+	}
+	if n := g.calls.Load(); n != 1 {
+		t.Errorf("2 JSON requests and 2 streams, concurrent: %d generations, want 1", n)
 	}
 }

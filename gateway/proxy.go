@@ -19,9 +19,9 @@ import (
 )
 
 // proxyChat forwards a chat request to an upstream through the response
-// cache (when the body parses): JSON answers through cache.Do, streams
-// through the stream flight, teed (cachefront.go). The body is forwarded
-// as sent.
+// cache (when the body parses; cachefront.go): looked up, then the entry's
+// flight, then the upstream; a stream is teed into the cache. The body is
+// forwarded as sent.
 func (s *Server) proxyChat(c *fiber.Ctx, ur *upstreamRoute, body []byte, head modelOnly) error {
 	stream := head.Stream != nil && *head.Stream
 	if s.cache == nil {
@@ -35,80 +35,98 @@ func (s *Server) proxyChat(c *fiber.Ctx, ur *upstreamRoute, body []byte, head mo
 	if stream {
 		return s.proxyChatStream(c, ur, body, cr, req.StreamOptions != nil && req.StreamOptions.IncludeUsage != nil && *req.StreamOptions.IncludeUsage)
 	}
-	var status int
-	var ctype string
-	gen := func(ctx context.Context) ([]byte, float64, error) {
-		st, ct, b, release, err := s.forwardBuffered(c, ur, "/chat/completions", body)
-		status, ctype = st, ct
-		if err != nil {
-			return nil, 0, err
+	res := reservationOf(c)
+	l, err := s.cache.Get(s.baseCtx, cr)
+	if err != nil && !cacheSkipped(err) {
+		s.logger(c).Warn("cache lookup failed", "err", err)
+	}
+	setCacheHeaders(c, l)
+	if l.Hit {
+		return s.upstreamHit(c, l)
+	}
+	fl, leader := s.joinFlight(l, cr)
+	if !leader {
+		if shared, ok := s.waitFlight(c, fl); ok {
+			if n, ok := usedTokens(shared); ok {
+				res.settle(n)
+			} else if res != nil {
+				res.settle(res.n)
+			}
+			c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+			return c.Status(http.StatusOK).Send(shared)
 		}
-		b = bytes.Clone(b) // kept by the cache
-		release()
-		if st != http.StatusOK {
-			// Not cacheable: hand the upstream's answer back as an error.
-			return nil, 0, &upstreamStatus{status: st, ctype: ct, body: b}
-		}
+		fl = nil // the leader failed or its client left: forward ourselves
+	}
+	st, ct, b, release, err := s.forwardBuffered(c, ur, "/chat/completions", body)
+	defer release()
+	settleBuffered(res, st, b)
+	if err != nil {
+		fl.finish(nil, false)
+		return s.upstreamError(c, ur, err)
+	}
+	if st == http.StatusOK {
 		var u struct {
 			Usage Usage `json:"usage"`
 		}
 		_ = json.Unmarshal(b, &u)
-		return b, float64(u.Usage.CompletionTokens), nil
+		s.storeAnswer(fl, cr, bytes.Clone(b), float64(u.Usage.CompletionTokens))
+	} else {
+		fl.finish(nil, false) // not cacheable; the client gets the upstream's answer
 	}
-	l, out, err := s.cache.Do(s.baseCtx, cr, gen)
-	setCacheHeaders(c, l)
+	if ct == "" {
+		ct = fiber.MIMEApplicationJSON
+	}
+	c.Set(fiber.HeaderContentType, ct)
+	c.Status(st)
+	c.Response().SetBody(b) // a copy into fiber's response buffer
+	return nil
+}
+
+// waitFlight waits for the leader of fl (until the client hangs up or the
+// server shuts down); ok is false when the leader had no answer.
+func (s *Server) waitFlight(c *fiber.Ctx, fl *streamFlight) ([]byte, bool) {
+	ctx, cancel := context.WithCancel(s.baseCtx)
+	defer cancel()
+	watch := watchConnLazily(c.Context().Conn(), cancel)
+	defer watch.stop()
+	return fl.wait(ctx)
+}
+
+// upstreamHit answers an upstream JSON request from the cache: the stored
+// answer with its own id, a fresh created time and cached_tokens.
+func (s *Server) upstreamHit(c *fiber.Ctx, l cache.Lookup) error {
 	res := reservationOf(c)
-	var us *upstreamStatus
+	v := viewOf(l)
 	switch {
-	case errors.As(err, &us):
-		res.settle(0)
-		c.Set(fiber.HeaderContentType, us.ctype)
-		return c.Status(us.status).Send(us.body)
-	case err != nil:
-		res.settle(0)
-		return s.upstreamError(c, ur, err)
-	}
-	switch v := viewOf(l); {
-	case l.Hit && v != nil && v.usage != nil:
+	case v != nil && v.usage != nil:
 		res.settle(v.usage.TotalTokens)
 	default:
-		if n, ok := usedTokens(out); ok {
+		if n, ok := usedTokens(l.Response); ok {
 			res.settle(n)
 		} else if res != nil {
 			res.settle(res.n)
 		}
 	}
-	if v := viewOf(l); l.Hit && v != nil {
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	c.Status(http.StatusOK)
+	if v != nil {
 		id := v.storedID
 		if id == "" {
 			id = newCompletionID(endpointChat)
 		}
-		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-		c.Status(http.StatusOK)
 		v.body.write(c, id, time.Now().Unix())
 		return nil
 	}
-	if l.Hit {
-		var id string
-		var m map[string]json.RawMessage
-		if json.Unmarshal(out, &m) == nil {
-			_ = json.Unmarshal(m["id"], &id)
-		}
-		if id == "" {
-			id = newCompletionID(endpointChat)
-		}
-		out, _ = rewriteCached(out, id, time.Now().Unix(), true)
-		ctype = fiber.MIMEApplicationJSON
-		status = http.StatusOK
+	var id string
+	var m map[string]json.RawMessage
+	if json.Unmarshal(l.Response, &m) == nil {
+		_ = json.Unmarshal(m["id"], &id)
 	}
-	if ctype == "" {
-		ctype = fiber.MIMEApplicationJSON
+	if id == "" {
+		id = newCompletionID(endpointChat)
 	}
-	if status == 0 {
-		status = http.StatusOK
-	}
-	c.Set(fiber.HeaderContentType, ctype)
-	return c.Status(status).Send(out)
+	out, _ := rewriteCached(l.Response, id, time.Now().Unix(), true)
+	return c.Send(out)
 }
 
 // proxyChatStream serves a streamed upstream chat request from the cache
@@ -129,24 +147,20 @@ func (s *Server) proxyChatStream(c *fiber.Ctx, ur *upstreamRoute, body []byte, c
 	}
 	setCacheHeaders(c, l)
 	if !l.Hit {
+		// A cacheable miss joins its entry's flight (cachefront.go):
+		// identical concurrent requests, streamed or not, share one
+		// upstream call; followers replay the leader's answer (a JSON
+		// leader's only when a stream can reproduce it).
 		tee := &streamTee{creq: cr}
-		if l.ID != "" && !cr.NoCache && !cr.NoStore {
-			// Cacheable miss: identical concurrent streams share one
-			// upstream call; followers replay the leader's answer.
-			fl, leader := s.flights.join(l.Namespace + "\x00" + l.ID)
-			if !leader {
-				ctx, cancel := context.WithCancel(s.baseCtx)
-				watch := watchConnLazily(c.Context().Conn(), cancel)
-				shared, ok := fl.wait(ctx)
-				watch.stop()
-				cancel()
-				if ok {
-					return s.replayUpstreamSSE(c, shared, false, includeUsage)
-				}
-				// The leader failed or its client left: forward ourselves.
-			} else {
-				tee.flight = fl
+		fl, leader := s.joinFlight(l, cr)
+		if !leader {
+			if shared, ok := s.waitFlight(c, fl); ok && plainChat(shared) {
+				return s.replayUpstreamSSE(c, shared, false, includeUsage)
 			}
+			// The leader failed, its client left, or its answer cannot be
+			// replayed as a stream: forward ourselves.
+		} else {
+			tee.flight = fl
 		}
 		return s.proxy(c, ur, "/chat/completions", body, true, tee)
 	}

@@ -287,29 +287,26 @@ func (s *Server) runLocal(c *fiber.Ctx, j *job, creq *cache.Request) error {
 			}
 			return s.replaySSE(c, rs, l.Response, true)
 		}
-		if l.ID != "" && !creq.NoCache && !creq.NoStore {
-			// Cacheable miss: identical concurrent streams share one
-			// generation; followers replay the leader's answer. Requests
-			// with Cache-Control no-cache or no-store get their own.
-			key := l.Namespace + "\x00" + l.ID
-			var leader bool
-			if flight, leader = s.flights.join(key); !leader {
-				body, ok := flight.wait(ctx)
-				flight = nil
-				if ok {
-					watch.stop()
-					cancel(nil)
-					s.inflight.Done()
-					return s.replaySSE(c, rs, body, false)
-				}
-				if ctx.Err() != nil {
-					watch.stop()
-					s.inflight.Done()
-					rs.finish(nil, "disconnected", 0)
-					return nil
-				}
-				// The leader failed or its client left: generate ourselves.
+		// A cacheable miss joins its entry's flight (cachefront.go):
+		// identical concurrent requests, streamed or not, share one
+		// generation; followers replay the leader's answer.
+		var leader bool
+		if flight, leader = s.joinFlight(l, creq); !leader {
+			body, ok := flight.wait(ctx)
+			flight = nil
+			if ok {
+				watch.stop()
+				cancel(nil)
+				s.inflight.Done()
+				return s.replaySSE(c, rs, body, false)
 			}
+			if ctx.Err() != nil {
+				watch.stop()
+				s.inflight.Done()
+				rs.finish(nil, "disconnected", 0)
+				return nil
+			}
+			// The leader failed or its client left: generate ourselves.
 		}
 	}
 	events := launch(ctx, j.model.Generator, j)
@@ -350,12 +347,7 @@ func (s *Server) runLocal(c *fiber.Ctx, j *job, creq *cache.Request) error {
 			return
 		}
 		body, _ := j.render(rs.id, rs.created, genOutcome{acc: st.acc, results: st.results})
-		flight.finish(body, true)
-		if err := s.cache.Put(context.Background(), creq, body, float64(usage.CompletionTokens)); err != nil {
-			if !cacheSkipped(err) {
-				rs.logger().Warn("cache store failed", "err", err)
-			}
-		}
+		s.storeAnswer(flight, creq, body, float64(usage.CompletionTokens))
 	})
 	return nil
 }
@@ -410,37 +402,48 @@ func (s *Server) runJSON(c *fiber.Ctx, ctx context.Context, rs *runState) error 
 		body, usage = j.render(rs.id, rs.created, o)
 		return body, float64(usage.CompletionTokens), nil
 	}
-	var body []byte
-	var err error
+	var fl *streamFlight // the flight this request leads (nil: none)
 	if rs.creq != nil {
-		var l cache.Lookup
-		l, body, err = s.cache.Do(ctx, rs.creq, gen)
-		if err != nil && l.Shared && ctx.Err() == nil {
-			// We joined another client's generation and that client went
-			// away (its cancellation is shared): generate for ourselves.
-			l = cache.Lookup{}
-			body, _, err = gen(ctx)
+		l, err := s.cache.Get(ctx, rs.creq)
+		if err != nil && !cacheSkipped(err) {
+			rs.logger().Warn("cache lookup failed", "err", err)
 		}
 		setCacheHeaders(c, l)
-		if v := viewOf(l); err == nil && l.Hit && v != nil {
-			// Pre-rendered: fill in this request's id and time.
-			rs.finish(v.usage, "cache_hit", 0)
-			c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-			v.body.write(c, rs.id, rs.created)
-			return nil
-		}
-		if err == nil && (l.Hit || l.Shared) {
-			body, usage = rewriteCached(body, rs.id, rs.created, l.Hit)
-			outcome := "cache_hit"
-			if !l.Hit {
-				outcome = "shared"
+		if l.Hit {
+			if v := viewOf(l); v != nil {
+				// Pre-rendered: fill in this request's id and time.
+				rs.finish(v.usage, "cache_hit", 0)
+				c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+				v.body.write(c, rs.id, rs.created)
+				return nil
 			}
-			rs.finish(usage, outcome, 0)
+			body, usage := rewriteCached(l.Response, rs.id, rs.created, true)
+			rs.finish(usage, "cache_hit", 0)
 			c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 			return c.Send(body)
 		}
-	} else {
-		body, _, err = gen(ctx)
+		var leader bool
+		if fl, leader = s.joinFlight(l, rs.creq); !leader {
+			shared, ok := fl.wait(ctx)
+			fl = nil
+			switch {
+			case ok:
+				body, usage := rewriteCached(shared, rs.id, rs.created, false)
+				rs.finish(usage, "shared", 0)
+				c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+				return c.Send(body)
+			case ctx.Err() != nil:
+				rs.finish(nil, "disconnected", 0)
+				return nil
+			}
+			// The leader failed or its client left: generate ourselves.
+		}
+	}
+	body, cost, err := gen(ctx)
+	if err != nil {
+		fl.finish(nil, false)
+	} else if rs.creq != nil {
+		s.storeAnswer(fl, rs.creq, body, cost)
 	}
 	if err != nil {
 		if cause := context.Cause(ctx); errors.Is(cause, ErrClientGone) {
@@ -527,9 +530,8 @@ func rewriteCached(body []byte, id string, created int64, hit bool) ([]byte, *Us
 	return out, u
 }
 
-// streamFlights lets identical concurrent streaming misses share one
-// generation (cache.Do does the same for JSON requests, but a stream's
-// leader must stream while it generates).
+// streamFlights lets identical concurrent misses, streamed or not, local
+// or upstream, share one generation (cachefront.go).
 type streamFlights struct {
 	mu sync.Mutex
 	m  map[string]*streamFlight

@@ -72,7 +72,6 @@ type LocalModel struct {
 type ResponseCache interface {
 	Get(ctx context.Context, req *cache.Request) (cache.Lookup, error)
 	Put(ctx context.Context, req *cache.Request, response []byte, cost float64) error
-	Do(ctx context.Context, req *cache.Request, gen cache.Generator) (cache.Lookup, []byte, error)
 }
 
 // Options configure a Server. Config is required; everything else is
