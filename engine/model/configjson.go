@@ -3,7 +3,8 @@ package model
 import "encoding/json"
 
 // ConfigJSON renders cfg as a HF config.json of its architecture
-// (LlamaForCausalLM when Arch is empty), float32.
+// (LlamaForCausalLM when Arch is empty); torch_dtype is c.DType, float32
+// when empty.
 func (c Config) ConfigJSON() ([]byte, error) {
 	arch, ok := Lookup(c.Arch)
 	if !ok {
@@ -26,7 +27,10 @@ func (c Config) ConfigJSON() ([]byte, error) {
 		"hidden_act":              "silu",
 		"attention_bias":          false,
 		"mlp_bias":                false,
-		"torch_dtype":             "float32",
+		"torch_dtype":             "float32", // c.DType below when set
+	}
+	if c.DType != "" {
+		m["torch_dtype"] = c.DType
 	}
 	if arch != Llama { // Llama's keys; Qwen2 has its biases built in
 		delete(m, "attention_bias")

@@ -122,6 +122,9 @@ func Save(dir string, cfg Config, w *Weights) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	if len(w.Layers) > 0 { // torch_dtype names the dtype the matrices are stored in
+		cfg.DType = map[DType]string{F32: "float32", F16: "float16", BF16: "bfloat16"}[w.Layers[0].Wq.DType]
+	}
 	cj, err := cfg.ConfigJSON()
 	if err != nil {
 		return err

@@ -143,6 +143,9 @@ func TestSaveLoadTyped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if c2.DType != "float32" {
+		t.Fatalf("torch_dtype %q, want float32 (layer 0's q_proj)", c2.DType)
+	}
 	if w2.Layers[1].WUp.DType != F16 || w2.Layers[0].Bk.DType != BF16 || w2.Layers[0].Wq.DType != F32 {
 		t.Fatalf("dtypes after load: %v %v %v", w2.Layers[1].WUp.DType, w2.Layers[0].Bk.DType, w2.Layers[0].Wq.DType)
 	}
@@ -153,6 +156,14 @@ func TestSaveLoadTyped(t *testing.T) {
 	}
 	if w2.Layers[1].Bv.F32[5] != w.Layers[1].Bv.F32[5] {
 		t.Fatal("bias changed in the round trip")
+	}
+	w.Layers[0].Wq = w.Layers[0].Wq.To(F16)
+	half := t.TempDir()
+	if err := Save(half, c, w); err != nil {
+		t.Fatal(err)
+	}
+	if c3, err := LoadConfig(half); err != nil || c3.DType != "float16" {
+		t.Fatalf("F16 q_proj saved with torch_dtype %q (%v), want float16", c3.DType, err)
 	}
 	w2.Layers[1].Bq = Tensor{}
 	if err := Check(c2, w2); !errors.Is(err, ErrBadWeights) || !strings.Contains(err.Error(), "model.layers.1.self_attn.q_proj.bias") {
