@@ -128,6 +128,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(goodConfig))
 	f.Add([]byte(`{"model_type":"llama","hidden_size":8,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":2,"vocab_size":4,"rope_scaling":{"type":"linear","factor":2}}`))
+	f.Add([]byte(`{"architectures":["Qwen2ForCausalLM"],"model_type":"qwen2","hidden_size":8,"intermediate_size":8,"num_hidden_layers":2,"num_attention_heads":2,"vocab_size":4,"use_sliding_window":false,"layer_types":["full_attention","full_attention"]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data, "config.json")
 		if err != nil {
