@@ -75,10 +75,10 @@ func (b *CPUBackend) setWeights(half bool) {
 	w := b.w
 	half = half && useAVX2 && hasF16C
 	// Matmul weights as float32 (F32 tensors are shared, F16/BF16 widened
-	// exactly, I8 dequantized); F16 tensors are binary16-exact by type.
-	wide := model.Tensor.Float32
+	// exactly; newWmatT), I8 kept as int8 (matmul_i8.go); F16 tensors are
+	// binary16-exact by type.
 	exact := func(t model.Tensor) bool {
-		return t.DType == model.F16 || newWmatExact(t.Float32())
+		return t.DType == model.F16 || t.DType == model.I8 || newWmatExact(t.Float32())
 	}
 	if half {
 		for _, l := range w.Layers {
@@ -88,17 +88,21 @@ func (b *CPUBackend) setWeights(half bool) {
 		}
 		half = half && exact(w.LMHead)
 	}
+	lmHead := w.LMHead
+	if Int8Weights(w) && lmHead.DType != model.I8 {
+		lmHead = lmHead.To(model.I8) // tied: project with an int8 copy, as the CUDA backend does
+	}
 	b.layers = make([]cpuLayer, len(w.Layers))
 	for i, l := range w.Layers {
 		H, Q, KV, I := b.cfg.HiddenSize, b.cfg.QDim(), b.cfg.KVDim(), b.cfg.IntermediateSize
-		b.layers[i] = cpuLayer{q: newWmat(wide(l.Wq), Q, H, half), k: newWmat(wide(l.Wk), KV, H, half), v: newWmat(wide(l.Wv), KV, H, half),
-			o: newWmat(wide(l.Wo), H, Q, half), gate: newWmat(wide(l.WGate), I, H, half), up: newWmat(wide(l.WUp), I, H, half),
-			down: newWmat(wide(l.WDown), H, I, half), attnNorm: l.AttnNorm.Float32(), mlpNorm: l.MLPNorm.Float32()}
+		b.layers[i] = cpuLayer{q: newWmatT(l.Wq, Q, H, half), k: newWmatT(l.Wk, KV, H, half), v: newWmatT(l.Wv, KV, H, half),
+			o: newWmatT(l.Wo, H, Q, half), gate: newWmatT(l.WGate, I, H, half), up: newWmatT(l.WUp, I, H, half),
+			down: newWmatT(l.WDown, H, I, half), attnNorm: l.AttnNorm.Float32(), mlpNorm: l.MLPNorm.Float32()}
 		if b.cfg.QKVBias {
 			b.layers[i].bq, b.layers[i].bk, b.layers[i].bv = l.Bq.Float32(), l.Bk.Float32(), l.Bv.Float32()
 		}
 	}
-	b.lmHead = newWmat(wide(w.LMHead), b.cfg.VocabSize, b.cfg.HiddenSize, half)
+	b.lmHead = newWmatT(lmHead, b.cfg.VocabSize, b.cfg.HiddenSize, half)
 	b.embed, b.norm = w.Embed, w.Norm.Float32()
 }
 

@@ -223,6 +223,115 @@ func init() {
 }
 
 //go:noescape
+func gemm512B_P1K1(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P1K2(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P1K3(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P1K4(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P1K5(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P1K6(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P1K7(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P1K8(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P2K1(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P2K2(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P2K3(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P2K4(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P2K5(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P2K6(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P2K7(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P2K8(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P3K7(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P3K8(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P4K1(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P4K2(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P4K3(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P4K4(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P4K5(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P4K6(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P8K1(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm512B_P8K2(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+var gemmTable512B gemmTable
+
+func init() {
+	gemmTable512B[1][1] = gemm512B_P1K1
+	gemmTable512B[1][2] = gemm512B_P1K2
+	gemmTable512B[1][3] = gemm512B_P1K3
+	gemmTable512B[1][4] = gemm512B_P1K4
+	gemmTable512B[1][5] = gemm512B_P1K5
+	gemmTable512B[1][6] = gemm512B_P1K6
+	gemmTable512B[1][7] = gemm512B_P1K7
+	gemmTable512B[1][8] = gemm512B_P1K8
+	gemmTable512B[2][1] = gemm512B_P2K1
+	gemmTable512B[2][2] = gemm512B_P2K2
+	gemmTable512B[2][3] = gemm512B_P2K3
+	gemmTable512B[2][4] = gemm512B_P2K4
+	gemmTable512B[2][5] = gemm512B_P2K5
+	gemmTable512B[2][6] = gemm512B_P2K6
+	gemmTable512B[2][7] = gemm512B_P2K7
+	gemmTable512B[2][8] = gemm512B_P2K8
+	gemmTable512B[3][7] = gemm512B_P3K7
+	gemmTable512B[3][8] = gemm512B_P3K8
+	gemmTable512B[4][1] = gemm512B_P4K1
+	gemmTable512B[4][2] = gemm512B_P4K2
+	gemmTable512B[4][3] = gemm512B_P4K3
+	gemmTable512B[4][4] = gemm512B_P4K4
+	gemmTable512B[4][5] = gemm512B_P4K5
+	gemmTable512B[4][6] = gemm512B_P4K6
+	gemmTable512B[8][1] = gemm512B_P8K1
+	gemmTable512B[8][2] = gemm512B_P8K2
+}
+
+//go:noescape
 func gemm256H_P1K1(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
 
 //go:noescape
@@ -278,6 +387,35 @@ func init() {
 	gemmTable256S[1][4] = gemm256S_P1K4
 	gemmTable256S[1][5] = gemm256S_P1K5
 	gemmTable256S[1][6] = gemm256S_P1K6
+}
+
+//go:noescape
+func gemm256B_P1K1(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm256B_P1K2(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm256B_P1K3(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm256B_P1K4(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm256B_P1K5(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+//go:noescape
+func gemm256B_P1K6(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
+var gemmTable256B gemmTable
+
+func init() {
+	gemmTable256B[1][1] = gemm256B_P1K1
+	gemmTable256B[1][2] = gemm256B_P1K2
+	gemmTable256B[1][3] = gemm256B_P1K3
+	gemmTable256B[1][4] = gemm256B_P1K4
+	gemmTable256B[1][5] = gemm256B_P1K5
+	gemmTable256B[1][6] = gemm256B_P1K6
 }
 
 //go:noescape

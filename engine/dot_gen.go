@@ -44,11 +44,11 @@ var isas = []isa{
 }
 
 type wtype struct {
-	name  string // "H" (binary16) or "S" (float32)
+	name  string // "H" (binary16), "S" (float32) or "B" (int8: the sum of q*x; the caller applies the row scales)
 	bytes int    // bytes per value
 }
 
-var wtypes = []wtype{{"H", 2}, {"S", 4}}
+var wtypes = []wtype{{"H", 2}, {"S", 4}, {"B", 1}}
 
 // prefetch is how far ahead (bytes) in each panel the kernels prefetch:
 // a panel is one sequential stream, and with 2 panels per kernel (8
@@ -138,7 +138,7 @@ func kernel(b *bytes.Buffer, is isa, wt wtype, name string, P, K int) {
 	w("LEAQ (R10)(R10*2), R11")
 	w("LEAQ (DI)(R10*4), DX") // token 4
 	w("MOVQ CX, R8")
-	w("SHLQ $%d, R8", map[int]int{2: 5, 4: 6}[wt.bytes]) // panel stride bytes = in*16*bytes
+	w("SHLQ $%d, R8", map[int]int{1: 4, 2: 5, 4: 6}[wt.bytes]) // panel stride bytes = in*16*bytes
 	w("LEAQ (R8)(R8*2), R9")
 	w("LEAQ (SI)(R8*4), R13") // panel 4
 	for i := 0; i < nacc; i++ {
@@ -184,9 +184,13 @@ func kernel(b *bytes.Buffer, is isa, wt wtype, name string, P, K int) {
 				if off != 0 {
 					a = fmt.Sprintf("%d%s", off, a)
 				}
-				if wt.name == "H" {
+				switch wt.name {
+				case "H":
 					w("VCVTPH2PS %s, %s", a, wreg(p, h))
-				} else {
+				case "B": // exact: int8 -> int32 -> float32
+					w("VPMOVSXBD %s, %s", a, wreg(p, h))
+					w("VCVTDQ2PS %s, %s", wreg(p, h), wreg(p, h))
+				default:
 					w("VMOVUPS %s, %s", a, wreg(p, h))
 				}
 			}

@@ -23,7 +23,7 @@ func axpysAVX2(acc, base *float32, slots *int32, w *float32, n, stride, hd int) 
 }
 
 // No packed kernels off amd64 (newWmat packs nothing there).
-var gemmTable512H, gemmTable512S, gemmTable256H, gemmTable256S gemmTable
+var gemmTable512H, gemmTable512S, gemmTable256H, gemmTable256S, gemmTable512B, gemmTable256B gemmTable
 
 var attnKernels512 [9]attnKernels
 

@@ -95,6 +95,7 @@ type wmat struct {
 	out, in int
 	h       []uint16
 	s       []float32
+	i8      *wmatI8 // int8 weight-only (matmul_i8.go); f32, h and s are then nil
 }
 
 // newWmat wraps w ([out][in]); with AVX2+FMA it builds the packed copy,
@@ -154,15 +155,21 @@ func (w *wmat) panelPtr(q int) unsafe.Pointer {
 }
 
 // packed reports whether the packed kernels serve this matrix now.
-func (w *wmat) packed() bool { return useAVX2 && (w.h != nil || w.s != nil) }
+func (w *wmat) packed() bool { return useAVX2 && (w.h != nil || w.s != nil || w.i8 != nil) }
 
 // rowDot is dot(row o of w, x) for a matrix with in columns.
 func (w *wmat) rowDot(o, in int, x []float32) float32 {
+	if w.i8 != nil {
+		return w.i8.rowDot(o, x)
+	}
 	return dot(w.f32[o*in:o*in+in], x)
 }
 
 // rowDot2 is rowDot for two activation rows, reading the weight row once.
 func (w *wmat) rowDot2(o, in int, x0, x1 []float32) (float32, float32) {
+	if w.i8 != nil {
+		return w.i8.rowDot(o, x0), w.i8.rowDot(o, x1)
+	}
 	return dot2(w.f32[o*in:o*in+in], x0, x1)
 }
 
@@ -205,7 +212,7 @@ func matmulJobs(threads int, x []float32, T, in int, jobs ...mmJob) {
 	N, packed := 0, true
 	for _, j := range jobs {
 		_ = j.out[T*j.n-1]
-		if len(j.w.f32) < j.n*in || (j.w.in != 0 && (j.w.in != in || j.w.out < j.n)) {
+		if (j.w.i8 == nil && len(j.w.f32) < j.n*in) || (j.w.in != 0 && (j.w.in != in || j.w.out < j.n)) {
 			panic("engine: matmul weight smaller than [out][in]")
 		}
 		N += j.n
@@ -282,6 +289,13 @@ func (w *wmat) gemmPanels(out, x []float32, T, in, outDim, plo, phi int) {
 	var base unsafe.Pointer
 	var pbytes uintptr
 	switch {
+	case w.i8 != nil:
+		base, pbytes = unsafe.Pointer(&w.i8.panels[0]), uintptr(in*16)
+		tab = &gemmTable256B
+		if useAVX512 {
+			tab, kmax = &gemmTable512B, 8
+		}
+		defer w.i8.scaleRows(out, T, outDim, 16*plo, min(16*phi, outDim))
 	case w.h != nil:
 		base, pbytes = unsafe.Pointer(&w.h[0]), uintptr(in*16*2)
 		tab = &gemmTable256H

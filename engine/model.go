@@ -36,6 +36,10 @@ type LoadOptions struct {
 	Threads int
 	// SkipTokenizer does not load tokenizer.json (Model.Tokenizer stays nil).
 	SkipTokenizer bool
+	// Quantize: "" or "none" keeps the weights as stored; QuantInt8
+	// quantizes the projections to int8 weight-only before the backend is
+	// built (QuantizeWeights; quantize.go).
+	Quantize string
 }
 
 // Model is a loaded Llama model: config, weights, tokenizer, a backend and
@@ -69,6 +73,10 @@ func NewModel(cfg Config, w *Weights, opts LoadOptions) (*Model, error) {
 		return nil, err
 	}
 	if err := checkWeights(cfg, w); err != nil {
+		return nil, err
+	}
+	w, err := QuantizeWeights(cfg, w, opts.Quantize)
+	if err != nil {
 		return nil, err
 	}
 	bs := opts.BlockSize

@@ -82,7 +82,8 @@ type ModelConfig struct {
 	Path        string            `yaml:"path"`    // Hugging Face directory
 	Backend     string            `yaml:"backend"` // cpu|cuda|auto
 	Aliases     []string          `yaml:"aliases"`
-	Draft       string            `yaml:"draft"` // draft model directory (method draft) or Medusa heads (method medusa)
+	Quantize    string            `yaml:"quantize"` // none|int8: int8 weight-only, per-row scales (engine.QuantizeWeights); an int8 checkpoint runs int8 either way
+	Draft       string            `yaml:"draft"`    // draft model directory (method draft) or Medusa heads (method medusa)
 	Speculative SpeculativeConfig `yaml:"speculative"`
 	KVBlocks    int               `yaml:"kv_blocks"` // 0 = engine default
 	MaxBatch    int               `yaml:"max_batch"` // 0 = engine default
@@ -422,6 +423,11 @@ func (m *ModelConfig) validate(where string, claim func(name, where string) erro
 	case "cpu", "cuda", "auto":
 	default:
 		return bad("%s.backend %q: want cpu|cuda|auto", where, m.Backend)
+	}
+	switch m.Quantize { // engine.CheckQuantize's names
+	case "", "none", "int8":
+	default:
+		return bad("%s.quantize %q: want none|int8", where, m.Quantize)
 	}
 	switch m.Speculative.Method {
 	case "none":

@@ -30,6 +30,7 @@ func TestParseConfigValidation(t *testing.T) {
 	for _, tc := range []struct{ yaml, want string }{
 		{"server:\n  addr: nope\n", "server.addr"},
 		{"models:\n  - name: a\n    path: x\n    backend: tpu\n", "models[0].backend"},
+		{"models:\n  - name: a\n    path: x\n    quantize: int4\n", "models[0].quantize"},
 		{"models:\n  - name: a\n    path: x\n    speculative: {method: draft}\n", "models[0].draft"},
 		{"models:\n  - name: a\n    path: x\n  - name: a\n    path: y\n", "models[1].name"},
 		{"upstreams:\n  - name: u\n    base_url: ftp://x\n    models: [m]\n", "upstreams[0].base_url"},

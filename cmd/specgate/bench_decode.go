@@ -42,6 +42,7 @@ func runBenchDecode(args []string) error {
 	devArgmax := fs.Bool("device-argmax", true, "cuda: greedy token by argmax on the device (4 bytes back per step instead of the logits)")
 	pdl := fs.Bool("pdl", true, "cuda: programmatic dependent launch (kernels start during their predecessor's tail)")
 	prefillReps := fs.Int("prefill-reps", 3, "prefill timings after the first (warm-up) prefill; the median is printed")
+	quantize := fs.String("quantize", "", "weight format of the projections and LM head: \"\" (as stored: fp16 on cuda) or int8 (weight-only, per-row scales)")
 	multi := fs.Int("steps-per-call", 1, "cuda: greedy steps per host round trip (multi-step decoding, DecodeGreedy; 1 = one Forward per token)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -78,7 +79,7 @@ func runBenchDecode(args []string) error {
 	var gpu *cuda.Backend
 	var err error
 	if *backend == "cuda" || *backend == "auto" {
-		gpu, err = cuda.New(cfg, w, cuda.Options{NumSlots: slots, Random: w == nil, Seed: 1, NoGraphs: !*graphs, NoPDL: !*pdl, TimeSteps: *stepEvents})
+		gpu, err = cuda.New(cfg, w, cuda.Options{NumSlots: slots, Random: w == nil, Seed: 1, NoGraphs: !*graphs, NoPDL: !*pdl, TimeSteps: *stepEvents, Quantize: *quantize})
 		if err != nil && *backend == "cuda" {
 			return err
 		}
@@ -91,6 +92,9 @@ func runBenchDecode(args []string) error {
 	if be == nil {
 		if w == nil {
 			w = engine.RandomWeights(cfg, 1)
+		}
+		if w, err = engine.QuantizeWeights(cfg, w, *quantize); err != nil {
+			return err
 		}
 		if be, err = engine.NewCPUBackend(cfg, w, slots, 0); err != nil {
 			return err
@@ -266,6 +270,9 @@ func runBenchDecode(args []string) error {
 		fmt.Printf("weight bytes: %.3f GB (read per token %.3f GB); roofline = weight bytes / bandwidth = %.3f ms = %.1f tokens/s\n",
 			wb/1e9, read/1e9, wb/bw*1e3, roof)
 		fmt.Printf("achieved: %.1f%% of roofline; effective weight-read bandwidth %.0f GB/s\n", 100*tps/roof, read*tps/1e9)
+		sb := float64(gpu.StreamBytes())
+		fmt.Printf("weights %s: a decode step streams %.3f GB (projections, LM head, norms); at the copy bandwidth %.3f ms = %.1f tokens/s; achieved %.1f%%\n",
+			gpu.Quantization(), sb/1e9, sb/bw*1e3, bw/sb, 100*tps*sb/bw)
 	}
 	return nil
 }

@@ -60,6 +60,8 @@ func TestConfigCheckRefusesWhatServeRefuses(t *testing.T) {
 			[]string{"line 4: key models[0].kv_blocks", "lots"}},
 		{"bad value", "server:\n  addr: 127.0.0.1:1\nmodels:\n  - name: m\n    path: target\n    backend: gpu\n",
 			[]string{"line 6:", "models[0].backend", `"gpu"`}},
+		{"bad quantize", "models:\n  - name: m\n    path: target\n    quantize: int4\n",
+			[]string{"line 4:", "models[0].quantize", `"int4"`}},
 		{"two problems at once", "auth:\n  keys:\n    - key_env: SPECGATE_TEST_UNSET_KEY\n      tenant: t\nmodels:\n  - name: m\n    path: nothere\n",
 			[]string{"2 problem(s)", "line 7: models[0].path", "line 3: auth.keys[0].key_env"}},
 	}

@@ -51,6 +51,7 @@ func runGenerate(args []string) error {
 	seed := fs.Int64("seed", -1, "sampling seed (-1 = random)")
 	chat := fs.Bool("chat", false, "wrap the prompt as one user message with the model's chat template")
 	threads := fs.Int("threads", 0, "CPU threads (0 = GOMAXPROCS)")
+	quantize := fs.String("quantize", "", "none or int8: int8 weight-only projections (per-row scales); an int8 checkpoint (specgate quantize) runs int8 either way")
 	var stops stringList
 	fs.Var(&stops, "stop", "stop sequence (repeatable)")
 	for _, e := range generateExtensions {
@@ -63,7 +64,10 @@ func runGenerate(args []string) error {
 		fs.Usage()
 		return fmt.Errorf("generate: --model and --prompt are required: %w", errUsage)
 	}
-	m, err := engine.Load(*model, engine.LoadOptions{Threads: *threads})
+	if err := engine.CheckQuantize(*quantize); err != nil {
+		return fmt.Errorf("generate: --quantize: %w", err)
+	}
+	m, err := engine.Load(*model, engine.LoadOptions{Threads: *threads, Quantize: *quantize})
 	if err != nil {
 		return err
 	}

@@ -119,7 +119,7 @@ func loadModels(cfg *gateway.Config, log *slog.Logger) ([]*gateway.LocalModel, f
 	}
 	for i, mc := range cfg.Models {
 		start := time.Now()
-		lo := engine.LoadOptions{}
+		lo := engine.LoadOptions{Quantize: mc.Quantize}
 		if mc.KVBlocks > 0 {
 			lo.KVTokens = mc.KVBlocks * engine.DefaultBlockSize
 		}
@@ -149,7 +149,9 @@ func loadModels(cfg *gateway.Config, log *slog.Logger) ([]*gateway.LocalModel, f
 		eo := engine.Options{MaxBatch: mc.MaxBatch}
 		switch mc.Speculative.Method {
 		case "draft":
-			dm, err := engine.Load(mc.Draft, lo)
+			dlo := lo
+			dlo.Quantize = "" // the target's setting
+			dm, err := engine.Load(mc.Draft, dlo)
 			if err != nil {
 				_ = m.Close()
 				closeAll()

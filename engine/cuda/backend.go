@@ -46,10 +46,13 @@ type Options struct {
 	// kernels (not the copy back), read with StepTimes (benchmarks).
 	TimeSteps bool
 	Eps       float32 // overrides cfg.RMSNormEps when > 0
+	// Quantize: "" (or "none"/"fp16"): fp16 weights; engine.QuantInt8:
+	// int8 weight-only projections and LM head (quant.go).
+	Quantize string
 }
 
 type layer struct {
-	wqkv, wo, wgu, wd kernels.DevicePtr // fp16 [qDim+2kvDim][H] (kernels.RopeRows order), [H][qDim], [2I][H] interleaved, [H][I]
+	wqkv, wo, wgu, wd qmat              // fp16 or int8 (quant.go) [qDim+2kvDim][H] (kernels.RopeRows order), [H][qDim], [2I][H] interleaved, [H][I]
 	attnNorm, mlpNorm kernels.DevicePtr // fp16 [H]
 	bqkv              kernels.DevicePtr // fp32 [qDim+2kvDim] q/k/v biases in RopeRows order (Config.QKVBias), else 0
 }
@@ -67,6 +70,10 @@ type Backend struct {
 	inv    kernels.DevicePtr // fp32 [hd/2]
 	kc, vc kernels.DevicePtr // fp32 [L][NumSlots][kvDim]
 	allocs []kernels.DevicePtr
+
+	lmHeadQ  qmat              // the LM head decode reads: {lmHead, 0}, or int8 (quant.go)
+	deq      kernels.DevicePtr // int8 weights: fp16 scratch of deqElems for the cuBLAS path
+	deqElems int
 
 	qkvDim, kvDim int
 	weightBytes   int64
@@ -127,6 +134,11 @@ func New(cfg engine.Config, w *engine.Weights, opt Options) (*Backend, error) {
 	if w == nil && !opt.Random {
 		return nil, fmt.Errorf("cuda backend: no weights: %w", engine.ErrBadWeights)
 	}
+	q, err := checkQuantize(cfg, w, opt.Quantize)
+	if err != nil {
+		return nil, err
+	}
+	opt.Quantize = q
 	dev, err := kernels.Open(opt.Device)
 	if err != nil {
 		return nil, fmt.Errorf("cuda backend: %w: %w", engine.ErrBackendMissing, err)
@@ -241,6 +253,16 @@ func (b *Backend) load(c *kernels.Ctx, w *engine.Weights) error {
 	} else if b.lmHead, err = b.upload(c, V*H, 0.02, w.LMHead.Float32()); err != nil {
 		return fmt.Errorf("lm_head: %w", err)
 	}
+	b.lmHeadQ = qmat{w: b.lmHead}
+	if b.quantized() {
+		var lm []float32
+		if !b.opt.Random {
+			lm = w.LMHead.Float32()
+		}
+		if b.lmHeadQ, err = b.uploadMat(c, V, H, 0.02, lm); err != nil {
+			return fmt.Errorf("lm_head: %w", err)
+		}
+	}
 	if b.norm, err = b.upload(c, H, 0, w.Norm.Float32()); err != nil {
 		return fmt.Errorf("norm: %w", err)
 	}
@@ -265,13 +287,13 @@ func (b *Backend) load(c *kernels.Ctx, w *engine.Weights) error {
 				qkv = append(qkv, std[part][i*H:(i+1)*H]...)
 			}
 		}
-		if ly.wqkv, err = b.upload(c, (q+2*kv)*H, 0.02, qkv); err != nil {
+		if ly.wqkv, err = b.uploadMat(c, q+2*kv, H, 0.02, qkv); err != nil {
 			return fmt.Errorf("layer %d qkv: %w", l, err)
 		}
 		if err := b.loadBias(c, w, l, ly); err != nil {
 			return fmt.Errorf("layer %d qkv bias: %w", l, err)
 		}
-		if ly.wo, err = b.upload(c, H*q, 0.02, lw.Wo); err != nil {
+		if ly.wo, err = b.uploadMat(c, H, q, 0.02, lw.Wo); err != nil {
 			return fmt.Errorf("layer %d o_proj: %w", l, err)
 		}
 		var gu []float32
@@ -282,10 +304,10 @@ func (b *Backend) load(c *kernels.Ctx, w *engine.Weights) error {
 				gu = append(gu, lw.WUp[j*H:(j+1)*H]...)
 			}
 		}
-		if ly.wgu, err = b.upload(c, 2*I*H, 0.02, gu); err != nil {
+		if ly.wgu, err = b.uploadMat(c, 2*I, H, 0.02, gu); err != nil {
 			return fmt.Errorf("layer %d gate/up: %w", l, err)
 		}
-		if ly.wd, err = b.upload(c, H*I, 0.02, lw.WDown); err != nil {
+		if ly.wd, err = b.uploadMat(c, H, I, 0.02, lw.WDown); err != nil {
 			return fmt.Errorf("layer %d down: %w", l, err)
 		}
 		if ly.attnNorm, err = b.upload(c, H, 0, lw.AttnNorm); err != nil {
@@ -294,6 +316,9 @@ func (b *Backend) load(c *kernels.Ctx, w *engine.Weights) error {
 		if ly.mlpNorm, err = b.upload(c, H, 0, lw.MLPNorm); err != nil {
 			return err
 		}
+	}
+	if err := b.allocDequant(c); err != nil {
+		return fmt.Errorf("int8 dequantization scratch: %w", err)
 	}
 	inv := engine.RopeInvFreq(cfg)
 	if b.inv, err = b.alloc(c, 4*len(inv)); err != nil {

@@ -37,17 +37,25 @@ type batchSeq struct {
 // decode batches of every size 1..64 (each request at its own context
 // length), then mixed batches of prefill chunks and decode tokens. Every
 // logits row is compared with the CPU's.
-func TestBatchShapes(t *testing.T) {
+func TestBatchShapes(t *testing.T) { batchShapes(t, "") }
+
+// batchShapes is TestBatchShapes with the GPU's weights quantized as
+// quant says (Options.Quantize); the CPU then runs the dequantized weights.
+func batchShapes(t *testing.T, quant string) {
 	cfg := batchCfg()
 	const slots = 8192
 	r := rand.New(rand.NewPCG(rand.Uint64(), 12))
 	w := engine.RandomWeights(cfg, r.Uint64())
 	roundF16(w)
-	cpu, err := engine.NewCPUBackend(cfg, w, slots, 0)
+	cw := w
+	if quant == engine.QuantInt8 {
+		cw = int8Reference(t, cfg, w)
+	}
+	cpu, err := engine.NewCPUBackend(cfg, cw, slots, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gpu, err := New(cfg, w, Options{NumSlots: slots})
+	gpu, err := New(cfg, w, Options{NumSlots: slots, Quantize: quant})
 	if err != nil {
 		if os.Getenv("SPECGATE_EXPECT_GPU") == "" {
 			t.Skipf("no GPU: %v", err)

@@ -516,13 +516,18 @@ func (b *Backend) run(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) err
 	for l := range b.layers {
 		ly := &b.layers[l]
 		kc, vc := b.kc+kernels.DevicePtr(l)*layerBytes, b.vc+kernels.DevicePtr(l)*layerBytes
-		if fused {
-			if err := c.GemvQKVRope(ly.wqkv, b.x, 0, ly.attnNorm, b.eps, b.qkv, mp(lay.pos), mp(lay.slots), b.inv,
+		if fused && ly.wqkv.s != 0 {
+			if err := c.GemvI8QKVRope(ly.wqkv.w, ly.wqkv.s, b.x, 0, ly.attnNorm, b.eps, b.qkv, mp(lay.pos), mp(lay.slots), b.inv,
+				kc, vc, T, H, nh, nkv, hd); err != nil {
+				return fmt.Errorf("layer %d qkv+rope: %w", l, err)
+			}
+		} else if fused {
+			if err := c.GemvQKVRope(ly.wqkv.w, b.x, 0, ly.attnNorm, b.eps, b.qkv, mp(lay.pos), mp(lay.slots), b.inv,
 				kc, vc, T, H, nh, nkv, hd); err != nil {
 				return fmt.Errorf("layer %d qkv+rope: %w", l, err)
 			}
 		} else {
-			if err := b.mm(c, kernels.GemvNorm, ly.wqkv, b.x, 0, ly.attnNorm, b.gu, T, b.qkvDim, H); err != nil {
+			if err := b.mmQ(c, kernels.GemvNorm, ly.wqkv, b.x, 0, ly.attnNorm, b.gu, T, b.qkvDim, H); err != nil {
 				return fmt.Errorf("layer %d qkv: %w", l, err)
 			}
 			if ly.bqkv != 0 {
@@ -537,20 +542,20 @@ func (b *Backend) run(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) err
 		if err := b.attention(c, am, lay, kc, vc, T, scale); err != nil {
 			return fmt.Errorf("layer %d attention: %w", l, err)
 		}
-		if err := b.mm(c, kernels.GemvResid, ly.wo, b.attn, 0, 0, b.x, T, H, cfg.QDim()); err != nil {
+		if err := b.mmQ(c, kernels.GemvResid, ly.wo, b.attn, 0, 0, b.x, T, H, cfg.QDim()); err != nil {
 			return fmt.Errorf("layer %d o_proj: %w", l, err)
 		}
-		if err := b.mm(c, kernels.GemvSwiGLU, ly.wgu, b.x, 0, ly.mlpNorm, b.act, T, 2*I, H); err != nil {
+		if err := b.mmQ(c, kernels.GemvSwiGLU, ly.wgu, b.x, 0, ly.mlpNorm, b.act, T, 2*I, H); err != nil {
 			return fmt.Errorf("layer %d gate/up: %w", l, err)
 		}
-		if err := b.mm(c, kernels.GemvResid, ly.wd, b.act, 0, 0, b.x, T, H, I); err != nil {
+		if err := b.mmQ(c, kernels.GemvResid, ly.wd, b.act, 0, 0, b.x, T, H, I); err != nil {
 			return fmt.Errorf("layer %d down: %w", l, err)
 		}
 	}
 	if R == 0 {
 		return nil
 	}
-	if err := b.mm(c, kernels.GemvNorm, b.lmHead, b.x, mp(lay.rows), b.norm, b.logits, R, V, H); err != nil {
+	if err := b.mmQ(c, kernels.GemvNorm, b.lmHeadQ, b.x, mp(lay.rows), b.norm, b.logits, R, V, H); err != nil {
 		return fmt.Errorf("lm_head: %w", err)
 	}
 	if argmax {

@@ -26,6 +26,7 @@ func LoadWeights(dir string, cfg Config) (*Weights, error) {
 	known := map[string]bool{}
 	for _, s := range specs {
 		known[s.Name] = true
+		known[ScaleName(s.Name)] = s.Matrix // int8 checkpoints (load_i8.go)
 	}
 	arch := cfg.Arch
 	if arch == "" {
@@ -35,13 +36,13 @@ func LoadWeights(dir string, cfg Config) (*Weights, error) {
 		if known[n] || strings.HasSuffix(n, "rotary_emb.inv_freq") || (cfg.TieWordEmbeddings && n == "lm_head.weight") {
 			continue
 		}
-		return nil, fmt.Errorf("%s: tensor %q: unexpected for %s with %d layers: %w", dir, n, arch, cfg.NumLayers, ErrBadWeights)
+		return nil, fmt.Errorf("%s: tensor %q: unexpected for %s with %d layers: %w", tensorFile(set, n), n, arch, cfg.NumLayers, ErrBadWeights)
 	}
 	w := NewWeights(cfg)
 	for _, s := range specs {
-		t, err := readTensor(set, s.Name, s.Shape)
+		t, err := readSpec(set, s)
 		if err != nil {
-			return nil, fmt.Errorf("%s: tensor %q: %w", dir, s.Name, err)
+			return nil, fmt.Errorf("%s: tensor %q: %w", tensorFile(set, s.Name), s.Name, err)
 		}
 		*s.Field(w) = t
 	}
@@ -134,15 +135,11 @@ func Save(dir string, cfg Config, w *Weights) error {
 	}
 	var ts []safetensors.Tensor
 	for _, s := range Tensors(cfg) {
-		dt, data, err := s.Field(w).Encode()
+		enc, err := encodeSpec(s, *s.Field(w)) // I8: values and scales (load_i8.go)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.Name, err)
 		}
-		shape := make([]int64, len(s.Shape))
-		for i, d := range s.Shape {
-			shape[i] = int64(d)
-		}
-		ts = append(ts, safetensors.Tensor{Name: s.Name, DType: dt, Shape: shape, Data: data})
+		ts = append(ts, enc...)
 	}
 	return safetensors.Write(filepath.Join(dir, safetensors.SingleFileName), ts, map[string]string{"format": "pt"})
 }

@@ -1,0 +1,110 @@
+package kernels
+
+import (
+	"fmt"
+	"os"
+)
+
+// Int8 weight-only launchers (llama_i8.cu). A quantized matrix is int8
+// row-major W [N][K] plus one fp32 scale per row S [N] (per output channel:
+// row n ~ S[n] * W[n]); K must be a multiple of 16 (one 16-byte load holds
+// 16 weights). Activations and accumulation are fp32, as in the fp16 GEMVs,
+// and the kinds, shapes and row orders are theirs.
+
+// GemvI8Variant is the int8 GEMV family at batch 1 (other batch sizes
+// always run the deep kernels), SPECGATE_GEMV_I8=deep|shallow: GemvDeep
+// (the default: 8 chunks of 16 weights per row in flight, 12 for the
+// residual GEMVs) or GemvShallow (as many as a 2048- or 5632-wide row
+// needs, the next unit loaded while one is summed).
+// Measured on an H100 (docs/device-notes.md, int8 call 2): decode 1319
+// tokens/s deep vs 1182-1204 shallow.
+var GemvI8Variant = gemvI8VariantEnv(os.Getenv("SPECGATE_GEMV_I8"))
+
+func gemvI8VariantEnv(v string) string {
+	if v == GemvShallow {
+		return v
+	}
+	return GemvDeep
+}
+
+var gemvI8Names = [...]string{"gemv_i8_norm", "gemv_i8_resid", "gemv_i8_plain", "gemv_i8_swiglu"}
+
+func gemvI8Name(prefix string, M int) string {
+	if M == 1 && GemvI8Variant == GemvShallow {
+		return prefix + "_s_m1"
+	}
+	return fmt.Sprintf("%s_m%d", prefix, M)
+}
+
+// GemvI8 is Gemv over an int8 matrix W [N][K] with row scales S [N]:
+// Y[m] = (W · x_m) * S (per row), with x_m as for Gemv of the same kind.
+func (c *Ctx) GemvI8(kind GemvKind, W, S, X, xrow, nw DevicePtr, eps float32, Y DevicePtr, M, N, K int) error {
+	if kind < 0 || int(kind) >= len(gemvI8Names) || M < 1 || M > GemvMaxM || K%16 != 0 || N <= 0 ||
+		(kind == GemvSwiGLU && N%2 != 0) {
+		return fmt.Errorf("gemv_i8 kind %d M=%d N=%d K=%d (K must be a multiple of 16): %w", kind, M, N, K, ErrBadArg)
+	}
+	name := gemvI8Name(gemvI8Names[kind], M)
+	f, err := c.Func(name)
+	if err != nil {
+		return err
+	}
+	smem := GemvSmem(M, K)
+	if err := c.smemAttr(name, f, smem); err != nil {
+		return err
+	}
+	units := N
+	if kind == GemvSwiGLU {
+		units = N / 2
+	}
+	grid, upb, threads := c.gemvGrid(units, smem)
+	if err := c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
+		P(W), P(S), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), I(upb)); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
+
+// GemvI8QKVRope is GemvQKVRope over an int8 fused QKV weight W (RopeRows
+// order) with row scales S in the same order.
+func (c *Ctx) GemvI8QKVRope(W, S, X, xrow, nw DevicePtr, eps float32, qkv, pos, slots, invFreq, kc, vc DevicePtr,
+	M, H, nh, nkv, hd int) error {
+	N := (nh + 2*nkv) * hd
+	if M < 1 || M > GemvMaxM || H%16 != 0 || hd%2 != 0 || N <= 0 {
+		return fmt.Errorf("gemv_i8_qkv_rope M=%d H=%d heads %d/%d hd %d (H must be a multiple of 16): %w", M, H, nh, nkv, hd, ErrBadArg)
+	}
+	name := gemvI8Name("gemv_i8_qkv_rope", M)
+	f, err := c.Func(name)
+	if err != nil {
+		return err
+	}
+	smem := GemvSmem(M, H)
+	if err := c.smemAttr(name, f, smem); err != nil {
+		return err
+	}
+	grid, upb, threads := c.gemvGrid(N/2, smem)
+	if err := c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
+		P(W), P(S), P(X), P(xrow), P(nw), F(eps), P(qkv), I(N), I(H), I(upb),
+		P(pos), P(slots), P(invFreq), P(kc), P(vc), I(nh), I(nkv), I(hd)); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
+
+// DequantI8F16 writes out [N][K] fp16 = f16(S[n] * W[n][k]) (the cuBLAS
+// path of batches larger than GemvMaxM). K must be a multiple of 16.
+func (c *Ctx) DequantI8F16(W, S, out DevicePtr, N, K int) error {
+	if N <= 0 || K <= 0 || K%16 != 0 {
+		return fmt.Errorf("dequant_i8_f16 N=%d K=%d: %w", N, K, ErrBadArg)
+	}
+	chunks := N * K / 16
+	g := Dim3{uint32(min(max((chunks+255)/256, 1), 8*max(c.d.SMs, 1))), 1, 1}
+	return c.launchByNamePDL("dequant_i8_f16", g, Dim3{256, 1, 1}, 0, P(W), P(S), P(out), I(N), I(K))
+}
+
+// FillRandomI8 fills W [N][K] with int8 uniform in [-127, 127] and S [N]
+// with scale/127 (benchmarks: the same weight distribution as FillRandomF16).
+func (c *Ctx) FillRandomI8(W, S DevicePtr, N, K int, seed uint64, scale float32) error {
+	n := int64(N) * int64(K)
+	g := Dim3{uint32(min((n+255)/256, 65535)), 1, 1}
+	return c.LaunchByName("fill_random_i8", g, Dim3{256, 1, 1}, 0, P(W), P(S), uint64(n), I(N), seed, F(scale))
+}
