@@ -92,6 +92,7 @@ type chatAssembler struct {
 	choices   map[int]*assembledChoice
 	usage     *Usage
 	events    int
+	size      int // content bytes so far, bounded by maxUpstreamBody
 	bad       bool
 }
 
@@ -161,6 +162,10 @@ func (a *chatAssembler) add(data []byte) {
 				var text string
 				if json.Unmarshal(v, &text) != nil {
 					a.bad = true
+					return
+				}
+				if a.size += len(text); a.size > maxUpstreamBody {
+					a.bad = true // too large to keep: relayed, not stored
 					return
 				}
 				ac.content = append(ac.content, text...)

@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -118,5 +120,79 @@ func FuzzCompletionRequest(f *testing.F) {
 			return
 		}
 		checkJob(t, s, m, j)
+	})
+}
+
+// An upstream's stream chunks are untrusted: assembling them never panics,
+// and an assembled answer is a chat completion whose content is exactly the
+// content deltas of its chunks, in order.
+func FuzzChatAssembler(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"a","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"he"},"finish_reason":null}]}` + "\n" +
+			`{"id":"a","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"llo"},"finish_reason":"stop"}]}`,
+		`{"object":"chat.completion.chunk","choices":[{"index":1,"delta":{"content":"x"},"finish_reason":"length"},{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+		`{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"tool_calls":[]},"finish_reason":"stop"}]}`,
+		`{"object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}`,
+		`{"object":"chat.completion.chunk","choices":[{"index":-1}]}`, `[]`, `null`, `{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":5}}]}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		var a chatAssembler
+		want := map[int]string{}
+		for _, line := range strings.Split(in, "\n") {
+			a.add([]byte(line))
+			var ch upstreamChunk
+			if json.Unmarshal([]byte(line), &ch) == nil {
+				for _, c := range ch.Choices {
+					var text string
+					if v, ok := c.Delta["content"]; ok && json.Unmarshal(v, &text) == nil {
+						want[c.Index] += text
+					}
+				}
+			}
+		}
+		b, _, ok := a.body()
+		if !ok {
+			return
+		}
+		var got ChatCompletion
+		if err := json.Unmarshal(b, &got); err != nil || got.Object != "chat.completion" {
+			t.Fatalf("assembled %s: %v", b, err)
+		}
+		for _, c := range got.Choices {
+			if c.Message.Content != want[c.Index] || c.FinishReason == "" {
+				t.Fatalf("choice %d: %q (finish %q), chunks say %q", c.Index, c.Message.Content, c.FinishReason, want[c.Index])
+			}
+		}
+	})
+}
+
+// Message normalisation never panics, and every message's key text starts
+// with its normalised text.
+func FuzzNormalizeChat(f *testing.F) {
+	for _, s := range fuzzChatSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		var r ChatCompletionRequest
+		if json.Unmarshal([]byte(in), &r) != nil {
+			return
+		}
+		n := normalizeChat(r.Messages)
+		if len(n) != len(r.Messages) {
+			t.Fatalf("%d messages normalised to %d", len(r.Messages), len(n))
+		}
+		_, msgs := cacheMessages(n)
+		k := 0
+		for _, m := range n {
+			if m.role == "system" {
+				continue
+			}
+			if !strings.HasPrefix(msgs[k].Content, m.text) || (m.extra != "" && !json.Valid([]byte(m.extra))) {
+				t.Fatalf("message %q / %q -> key %q", m.text, m.extra, msgs[k].Content)
+			}
+			k++
+		}
 	})
 }
