@@ -88,6 +88,14 @@ type ForwardRequest struct {
 	// this request's one logits row on the device and write the token and
 	// its logprob into Sample instead of filling Logits.
 	Sample *RowSample
+	// Heads, HeadTop, Argmax: device draft heads and greedy verification
+	// (devheads.go). Heads > 0 (a HeadsBackend's heads id): HeadTop receives
+	// [rows][NumHeads][TopK] head candidates per logits row (filled with -1
+	// when the backend could not run them). Argmax non-nil (a RowArgmaxer): it
+	// receives each logits row's argmax and Logits is not written.
+	Heads   int
+	HeadTop []int32
+	Argmax  []int32
 }
 
 // SamplingParams are the per-request knobs of the sampler. Temperature 0

@@ -848,6 +848,7 @@ func (e *Engine) step(ready []*request, active int) []*request {
 			if end == len(ctxToks) && !r.recompute {
 				it.LogitsRows = []int32{int32(end - r.prefilled - 1)}
 				it.WantHidden = r.spec != nil && r.spec.wantsHidden()
+				e.deviceHeads(r, &it)
 				if !it.WantHidden {
 					it.Sample = e.rowSample(r) // the first token never has a draft
 				}
@@ -881,6 +882,7 @@ func (e *Engine) step(ready []*request, active int) []*request {
 			decoding = append(decoding, r)
 		}
 		it := BatchItem{Seq: r.seq, Tokens: []int32{r.generated[len(r.generated)-1]}, WantHidden: r.spec != nil && r.spec.wantsHidden()}
+		e.deviceHeads(r, &it)
 		if r.spec == nil {
 			it.Sample = e.rowSample(r)
 		}
@@ -920,6 +922,7 @@ func (e *Engine) step(ready []*request, active int) []*request {
 				toks[j+1], par[j+1] = tok, t.Parents[j]+1
 			}
 			items[i].Tokens, items[i].Parents = toks, par
+			e.argmaxOnly(plan[i].r, &items[i])
 		}
 	}
 	t0 := time.Now()
@@ -930,6 +933,7 @@ func (e *Engine) step(ready []*request, active int) []*request {
 			if plan[i].tree != nil {
 				plan[i].tree = nil
 				items[i].Tokens, items[i].Parents = items[i].Tokens[:1], nil
+				items[i].ArgmaxOnly = false
 			}
 		}
 		err = e.m.ForwardBatch(items)
@@ -968,6 +972,7 @@ func (e *Engine) step(ready []*request, active int) []*request {
 		}
 		if r.spec != nil {
 			r.spec.hidden = append(r.spec.hidden[:0], it.Hidden...) // empty when not fetched
+			r.spec.keepHeadTop(&it, 0)
 		}
 		if !e.sampledOnDevice(r, it) {
 			e.sampleInto(r, it.Logits)
@@ -1016,7 +1021,12 @@ func (r *request) addLogprobs(so *stepOut, rows []float32) {
 func (e *Engine) verify(r *request, t *Proposal, it BatchItem) {
 	V, H := e.m.Config.VocabSize, e.m.Config.HiddenSize
 	sp := r.spec
-	vd := verifyTree(t.Tokens, t.Parents, t.Q, it.Logits, V, r.sampler, r.generated, r.rng, sp.typical)
+	var vd verdict
+	if it.ArgmaxOnly {
+		vd = verifyArgmax(t.Tokens, t.Parents, it.Argmax)
+	} else {
+		vd = verifyTree(t.Tokens, t.Parents, t.Q, it.Logits, V, r.sampler, r.generated, r.rng, sp.typical)
+	}
 	keep := make([]int, 0, 1+len(vd.path))
 	keep = append(keep, 0)
 	for _, n := range vd.path {
@@ -1027,20 +1037,24 @@ func (e *Engine) verify(r *request, t *Proposal, it BatchItem) {
 		return
 	}
 	toks := make([]int32, 0, len(vd.path)+1)
-	rows := make([]float32, 0, len(keep)*V)
 	for j, n := range vd.path {
 		toks = append(toks, t.Tokens[n])
 		_ = j
 	}
 	toks = append(toks, vd.bonus)
-	for _, k := range keep {
-		rows = append(rows, it.Logits[k*V:(k+1)*V]...)
+	var rows []float32 // the kept rows' logits, only where logprobs are reported (ArgmaxOnly: none)
+	if sp := r.req.Sampling; !it.ArgmaxOnly && !(sp.SkipLogprobs && sp.Logprobs == 0) {
+		rows = make([]float32, 0, len(keep)*V)
+		for _, k := range keep {
+			rows = append(rows, it.Logits[k*V:(k+1)*V]...)
+		}
 	}
 	sp.hidden = sp.hidden[:0]
 	if it.WantHidden {
 		last := keep[len(keep)-1]
 		sp.hidden = append(sp.hidden, it.Hidden[last*H:(last+1)*H]...)
 	}
+	sp.keepHeadTop(&it, keep[len(keep)-1])
 	// never more than the request may still take (the consumer stops at maxNew).
 	r.generated = append(r.generated, toks...)
 	e.generated.Add(int64(len(toks)))

@@ -79,6 +79,10 @@ type ProposeRequest struct {
 	// nil too when the backend could not provide it (the proposer then
 	// proposes without it or nothing).
 	Hidden []float32
+	// HeadTop, for a HeadsProposer whose heads run on the backend: the
+	// heads' candidates for the row that predicted the pending token,
+	// [NumHeads][TopK] token ids, best first (devheads.go); nil otherwise.
+	HeadTop []int32
 	// Known are the request's known drafts (GenerateRequest.KnownDrafts).
 	Known []KnownDraft
 	// Rand is the request's seeded RNG: a sampled draft must draw from it so

@@ -94,6 +94,13 @@ type BatchItem struct {
 	// Sample: the backend samples the item's one logits row on the device
 	// (DeviceSampler; devsample.go) instead of filling Logits.
 	Sample *RowSample
+	// Heads > 0: the backend's draft heads run on the item's logits rows
+	// and HeadTop receives their top-k; ArgmaxOnly: Argmax receives each
+	// row's argmax instead of Logits (devheads.go).
+	Heads      int
+	HeadTop    []int32
+	ArgmaxOnly bool
+	Argmax     []int32
 }
 
 // Forward appends tokens to the sequence and returns their logits
@@ -267,11 +274,11 @@ func (m *Model) ForwardBatch(items []BatchItem) error {
 				}
 			}
 		}
-		if len(it.Logits) < rows*V && !it.HiddenOnly {
+		if len(it.Logits) < rows*V && !it.HiddenOnly && !it.ArgmaxOnly {
 			it.Logits = make([]float32, rows*V)
 		}
 		var logits []float32
-		if !it.HiddenOnly {
+		if !it.HiddenOnly && !it.ArgmaxOnly {
 			logits = it.Logits[:rows*V]
 		}
 		var hidden []float32
@@ -283,6 +290,10 @@ func (m *Model) ForwardBatch(items []BatchItem) error {
 		}
 		slots := m.kv.Slots(make([]int32, 0, n), &s.t, base, base+n)
 		plans[i].pos = pos
+		if prior > 0 && (it.Heads > 0 || it.ArgmaxOnly) {
+			rollback()
+			return fmt.Errorf("engine: ForwardBatch: item %d: device heads or argmax on a pending tree", i)
+		}
 		if prior == 0 {
 			plans[i].reqs = []*ForwardRequest{{
 				CachedSlots: m.kv.Slots(make([]int32, 0, base), &s.t, 0, base),
@@ -295,6 +306,9 @@ func (m *Model) ForwardBatch(items []BatchItem) error {
 				Hidden:      hidden,
 				HiddenOnly:  it.HiddenOnly,
 				Sample:      it.Sample,
+				Heads:       it.Heads,
+				HeadTop:     m.headTopBuf(it, rows),
+				Argmax:      argmaxBuf(it, rows),
 			}}
 			plans[i].scatter = [][]int{nil}
 			continue

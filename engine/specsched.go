@@ -28,6 +28,10 @@ type specState struct {
 	// from[i] has bit k set when proposer k proposed node i of this step's tree.
 	from []uint64
 	id   RequestID // the request's id, for Confident proposers
+	// headsID, headsW: the device heads of a HeadsProposer (devheads.go) and
+	// their NumHeads*TopK; headTop: their candidates for the pending token.
+	headsID, headsW int
+	headTop         []int32
 }
 
 const (
@@ -74,6 +78,7 @@ func (e *Engine) newSpecState(props []Proposer, typ *TypicalAcceptance) *specSta
 		sp.acc[k] = []float64{}
 		sp.glob[k] = e.propStateOf(p)
 	}
+	e.initDeviceHeads(sp)
 	return sp
 }
 
@@ -391,6 +396,9 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 			Active: active, Proposed: sp.stats[c.k].Proposed, Accepted: sp.stats[c.k].Accepted}
 		if h, ok := sp.props[c.k].(HiddenNeeder); ok && h.NeedsHidden() && len(sp.hidden) > 0 {
 			pr.Hidden = sp.hidden
+		}
+		if len(sp.headTop) > 0 {
+			pr.HeadTop = sp.headTop
 		}
 		calls[c.propID].reqs = append(calls[c.propID].reqs, pr)
 		calls[c.propID].cands = append(calls[c.propID].cands, c)

@@ -158,5 +158,10 @@ func New(target *engine.Model, s Spec) (*Proposer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewProposer(h, t)
+	p, err := NewProposer(h, t)
+	if err != nil {
+		return nil, err
+	}
+	p.AttachDevice(target) // heads inside the target's forward where the backend can run them (device.go)
+	return p, nil
 }

@@ -31,6 +31,9 @@ func TestLosslessGreedyOnGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if p.DeviceHeads(target.Backend()) == 0 {
+		t.Fatalf("the heads do not run inside the CUDA forward: %v", p.DeviceError())
+	}
 	plain := engine.New(target, engine.Options{})
 	defer plain.Close()
 	spec := engine.New(target, engine.Options{Proposers: []engine.Proposer{p}, FixedDraft: true, MaxDraft: 7})

@@ -104,6 +104,11 @@ type Heads struct {
 	proj    []*engine.Mat   // [head] [rows][H] (shared heads alias one)
 	ids     []int32         // proj row r is token ids[r]; nil: row r is token r
 	threads int
+	// raw weights for device heads (device.go): wRaw [head][layer]
+	// [H][H]; projRaw per head or one shared ([Rows][H]); nil with a
+	// shared full-vocabulary lm_head.
+	wRaw    [][][]float32
+	projRaw [][]float32
 }
 
 // Rows is the number of candidate tokens per head (the vocabulary, or
@@ -214,6 +219,7 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 		return buf, nil
 	}
 	h.w = make([][]*engine.Mat, cfg.NumHeads)
+	h.wRaw = make([][][]float32, cfg.NumHeads)
 	h.b = make([][][]float32, cfg.NumHeads)
 	own := 0
 	for i := range cfg.NumHeads {
@@ -240,6 +246,7 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 				return nil, err
 			}
 			h.w[i] = append(h.w[i], engine.NewMat(w, H, H))
+			h.wRaw[i] = append(h.wRaw[i], w)
 			h.b[i] = append(h.b[i], b)
 		}
 		if !h.Shared {
@@ -276,13 +283,19 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 		if len(lm) != V*H {
 			return nil, fmt.Errorf("medusa: target lm_head has %d values, want %d x %d: %w", len(lm), V, H, ErrMismatch)
 		}
-		p := engine.NewMat(rows(lm), R, H)
+		rl := rows(lm)
+		p := engine.NewMat(rl, R, H)
 		for i := range h.proj {
 			h.proj[i] = p
 		}
+		if h.ids != nil {
+			h.projRaw = [][]float32{rl}
+		}
 	} else {
 		for i := range h.proj {
-			h.proj[i] = engine.NewMat(rows(full[i]), R, H)
+			r := rows(full[i])
+			h.proj[i] = engine.NewMat(r, R, H)
+			h.projRaw = append(h.projRaw, r)
 		}
 	}
 	return h, nil

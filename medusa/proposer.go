@@ -25,6 +25,7 @@ type Proposer struct {
 	heads *Heads
 	tree  *Tree
 	buf   []float32
+	dev   deviceHeads // heads registered on a backend (device.go)
 }
 
 // NewProposer returns a proposer over heads with tree (nil: the heads
@@ -81,6 +82,15 @@ func (p *Proposer) Propose(ctx context.Context, reqs []engine.ProposeRequest) ([
 	var rows []int
 	depth := 0
 	for i, r := range reqs {
+		if r.HeadTop != nil && r.Budget > 0 && r.MaxDepth > 0 {
+			// the heads ran on the device: their top-k for this row
+			pr, err := p.fromDevice(r)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = pr
+			continue
+		}
 		if r.Hidden == nil || r.Budget <= 0 || r.MaxDepth <= 0 {
 			continue
 		}
@@ -100,7 +110,6 @@ func (p *Proposer) Propose(ctx context.Context, reqs []engine.ProposeRequest) ([
 	R := p.heads.Rows()
 	p.buf = p.heads.Logits(x, len(rows), depth, p.buf)
 	top := make([][]int32, depth)
-	node := make([]int32, len(p.tree.Paths))
 	for k, i := range rows {
 		r := reqs[i]
 		d := min(r.MaxDepth, p.tree.depthOf(r.Budget))
@@ -110,31 +119,38 @@ func (p *Proposer) Propose(ctx context.Context, reqs []engine.ProposeRequest) ([
 				top[h][j] = p.heads.TokenOf(int(row))
 			}
 		}
-		var toks, parents []int32
-		for pi, path := range p.tree.Paths {
-			node[pi] = -1
-			if len(toks) >= r.Budget || len(path) > d {
-				continue
-			}
-			par := int32(-1)
-			if q := p.tree.Parent[pi]; q >= 0 {
-				if node[q] < 0 {
-					continue
-				}
-				par = node[q]
-			}
-			rank := path[len(path)-1]
-			cand := top[len(path)-1]
-			if rank >= len(cand) {
-				continue
-			}
-			node[pi] = int32(len(toks))
-			toks = append(toks, cand[rank])
-			parents = append(parents, par)
-		}
-		out[i] = engine.Proposal{Tokens: toks, Parents: parents, Source: Source}
+		out[i] = p.layTree(top, r.Budget, d)
 	}
 	return out, nil
+}
+
+// layTree lays the tree's paths (in priority order, at most budget nodes,
+// depth <= d) over the heads' candidates top[h] (best first).
+func (p *Proposer) layTree(top [][]int32, budget, d int) engine.Proposal {
+	node := make([]int32, len(p.tree.Paths))
+	var toks, parents []int32
+	for pi, path := range p.tree.Paths {
+		node[pi] = -1
+		if len(toks) >= budget || len(path) > d {
+			continue
+		}
+		par := int32(-1)
+		if q := p.tree.Parent[pi]; q >= 0 {
+			if node[q] < 0 {
+				continue
+			}
+			par = node[q]
+		}
+		rank := path[len(path)-1]
+		cand := top[len(path)-1]
+		if rank >= len(cand) {
+			continue
+		}
+		node[pi] = int32(len(toks))
+		toks = append(toks, cand[rank])
+		parents = append(parents, par)
+	}
+	return engine.Proposal{Tokens: toks, Parents: parents, Source: Source}
 }
 
 // TopK appends to dst the indices of the k largest values of l, largest

@@ -85,8 +85,11 @@ func isSet(fs *flag.FlagSet, name string) bool {
 }
 
 // medusaBenchModes are `bench spec`'s Medusa rows for the heads in dir:
-// fixed trees of 1 (a chain of one), 4, 8 and 16 tuned nodes and the
-// engine's adaptive budget over the 16-node tree.
+// fixed trees of 1 (a chain of one), 4, 8, 16, 32 and 63 tuned nodes and
+// the engine's adaptive budget over the 16-node tree and over the 63-node
+// tree (up to 63 nodes per request: on the GPU a verification step of up to
+// 64 tokens is one CUDA graph, and for the shipped target it costs 2-3
+// one-token steps, docs/medusa.md).
 func medusaBenchModes(dir string, vocab int) []speculative.BenchMode {
 	mk := func(tree string) func(*engine.Model) ([]engine.Proposer, error) {
 		return func(t *engine.Model) ([]engine.Proposer, error) {
@@ -102,6 +105,9 @@ func medusaBenchModes(dir string, vocab int) []speculative.BenchMode {
 		{Name: "medusa n=4", New: mk("4")},
 		{Name: "medusa n=8", New: mk("8")},
 		{Name: "medusa n=16", New: mk("16")},
+		{Name: "medusa n=32", New: mk("32"), MaxDraft: 32},
+		{Name: "medusa n=63", New: mk("63"), MaxDraft: 63},
 		{Name: "medusa adaptive", New: mk("16"), Adaptive: true},
+		{Name: "medusa adaptive n<=63", New: mk("63"), Adaptive: true, MaxDraft: 63},
 	}
 }

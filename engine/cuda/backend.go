@@ -105,7 +105,9 @@ type Backend struct {
 	noGraph                  map[graphKey]bool // batched shapes whose capture failed: eager
 	hid                      kernels.DevicePtr
 	hidHost                  kernels.HostBuf
-	hidCap                   int // bytes of hid and hidHost
+	hidCap                   int     // bytes of hid and hidHost
+	hd                       headsIO // draft heads on the device (heads.go)
+	exact                    bool    // the step being queued runs chunked GEMVs (exact.go)
 }
 
 var _ engine.Backend = (*Backend)(nil)
@@ -352,6 +354,7 @@ func (b *Backend) Close() error {
 		b.samp.free(c)
 		c.Free(b.hid)
 		c.FreeHost(b.hidHost)
+		b.freeHeads(c)
 		if b.ev0 != 0 {
 			c.DestroyEvent(b.ev0)
 			c.DestroyEvent(b.ev1)

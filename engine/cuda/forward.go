@@ -212,7 +212,11 @@ func (b *Backend) forward(reqs []*engine.ForwardRequest, argOut []int32) error {
 		if argmax && len(argOut) < fb.R {
 			return fmt.Errorf("ForwardArgmax: out holds %d tokens, the batch has %d logits rows: %w", len(argOut), fb.R, ErrRequest)
 		}
-		if err := b.runMaybeGraph(c, fb.T, fb.R, lay, argmax); err != nil {
+		if err := b.headsBegin(c, reqs, fb); err != nil { // draft heads, tree argmax (heads.go)
+			return err
+		}
+		defer b.headsFinish(reqs, fb)
+		if err := b.runMaybeGraph(c, fb.T, fb.R, lay, argmax || b.hd.wantArg); err != nil {
 			return err
 		}
 		if b.opt.TimeSteps {
@@ -240,7 +244,7 @@ func (b *Backend) forward(reqs []*engine.ForwardRequest, argOut []int32) error {
 		for _, r := range reqs {
 			if r.Sample != nil {
 				nSample++
-			} else {
+			} else if r.Argmax == nil {
 				nLogits++
 			}
 			hidden = hidden || r.Hidden != nil
@@ -260,6 +264,9 @@ func (b *Backend) forward(reqs []*engine.ForwardRequest, argOut []int32) error {
 				return err
 			}
 		}
+		if err := b.headsQueueOut(c, fb); err != nil {
+			return err
+		}
 		if err := c.Sync(); err != nil {
 			return err
 		}
@@ -274,7 +281,7 @@ func (b *Backend) forward(reqs []*engine.ForwardRequest, argOut []int32) error {
 		}
 		all := unsafe.Slice((*float32)(logitsHost), fb.R*V)
 		for i, r := range reqs {
-			if r.Sample != nil {
+			if r.Sample != nil || r.Argmax != nil {
 				continue
 			}
 			r0 := fb.reqRows[i]
@@ -319,10 +326,11 @@ type graphKey struct {
 	argmax bool
 	multi  bool // a DecodeGreedy step: decode_advance first
 	splits int  // attention split blocks per head (kernels.AttnSplitsFor(b.attnMax))
+	heads  int  // the step's draft heads set (heads.go), 0: none
 }
 
 func (b *Backend) runMaybeGraph(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) error {
-	return b.runMaybeGraphKey(c, graphKey{T, R, argmax, false, kernels.AttnSplitsFor(b.attnMax)}, lay)
+	return b.runMaybeGraphKey(c, graphKey{T, R, argmax, false, kernels.AttnSplitsFor(b.attnMax), b.headsKey()}, lay)
 }
 
 // runMaybeGraphKey runs one step: from its CUDA graph when the batch is
@@ -467,7 +475,7 @@ func (b *Backend) DecodeGreedy(token, pos int32, cached, slots []int32, out []in
 			return err
 		}
 		for i := 0; i < n; i++ {
-			if err := b.runMaybeGraphKey(c, graphKey{1, 1, true, true, kernels.AttnSplitsFor(b.attnMax)}, lay); err != nil {
+			if err := b.runMaybeGraphKey(c, graphKey{1, 1, true, true, kernels.AttnSplitsFor(b.attnMax), 0}, lay); err != nil {
 				return err
 			}
 		}
@@ -513,10 +521,16 @@ func (b *Backend) run(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) err
 	c.SetPDL(!b.opt.NoPDL)
 	defer c.SetPDL(false)
 	fused := T <= kernels.GemvMaxM && c.GemvFits(T, H) && !cfg.QKVBias // biases add before RoPE
+	b.exact = b.exactStep(c, T)                                        // chunked GEMVs instead of cuBLAS (exact.go)
+	defer func() { b.exact = false }()
 	for l := range b.layers {
 		ly := &b.layers[l]
 		kc, vc := b.kc+kernels.DevicePtr(l)*layerBytes, b.vc+kernels.DevicePtr(l)*layerBytes
-		if fused && ly.wqkv.s != 0 {
+		if b.exact {
+			if err := b.qkvChunks(c, ly, lay, kc, vc, T); err != nil {
+				return fmt.Errorf("layer %d qkv+rope: %w", l, err)
+			}
+		} else if fused && ly.wqkv.s != 0 {
 			if err := c.GemvI8QKVRope(ly.wqkv.w, ly.wqkv.s, b.x, 0, ly.attnNorm, b.eps, b.qkv, mp(lay.pos), mp(lay.slots), b.inv,
 				kc, vc, T, H, nh, nkv, hd); err != nil {
 				return fmt.Errorf("layer %d qkv+rope: %w", l, err)
@@ -563,6 +577,9 @@ func (b *Backend) run(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) err
 			return fmt.Errorf("argmax: %w", err)
 		}
 	}
+	if err := b.runHeads(c, R, lay); err != nil {
+		return fmt.Errorf("draft heads: %w", err)
+	}
 	return nil
 }
 
@@ -594,7 +611,7 @@ func (b *Backend) mm(c *kernels.Ctx, kind kernels.GemvKind, W, X, xrow, nw, Y ke
 	if kind == kernels.GemvSwiGLU {
 		outW = N / 2
 	}
-	if kernels.HasCUBLAS() && !b.opt.NoCUBLAS {
+	if kernels.HasCUBLAS() && !b.opt.NoCUBLAS && !b.exact {
 		switch kind {
 		case kernels.GemvNorm, kernels.GemvSwiGLU:
 			if err := c.RMSNormF16(X, xrow, nw, b.eps, b.h16, M, K); err != nil {

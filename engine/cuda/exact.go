@@ -1,0 +1,57 @@
+package cuda
+
+import (
+	"os"
+
+	"github.com/specgate/specgate/kernels"
+)
+
+// Exact batches (issue #17, lossless on the GPU). The GEMV kernels give the
+// same bits for a token whatever the batch size (1..kernels.GemvMaxM), so
+// plain decoding and a speculative tree of up to 7 nodes agree bit for bit;
+// larger steps used to run their projections through cuBLAS GEMMs on fp16
+// activations, whose rounding differs, and a greedy tree verification then
+// sometimes picked another token than plain decoding at a near-tie (seen:
+// the 16-node Medusa tree, 1 prompt of 20 x 128 tokens). With ExactBatches,
+// every step of up to MaxExactTokens tokens without prefill tiles runs its
+// projections as GEMVs of at most GemvMaxM tokens each (the fused QKV+RoPE
+// kernel per chunk), so each token's result is the one plain decoding
+// computes. Larger steps and prefill chunks keep cuBLAS. Only steps that
+// verify a tree are covered (plain batches keep their GEMMs).
+//
+// Off by default: on the H100 (docs/medusa.md) a 17-token step costs about
+// 1.7x as much as chunked GEMVs than through cuBLAS, and a tree that size
+// then does not pay; near-tie differences were rare (0 of 20 prompts x 128
+// tokens at concurrency 1 in one run, 1 in another).
+
+// ExactBatches: chunked GEMV for tree steps of GemvMaxM+1..MaxExactTokens
+// tokens (SPECGATE_EXACT_VERIFY=1; off by default).
+var ExactBatches = os.Getenv("SPECGATE_EXACT_VERIFY") == "1"
+
+// MaxExactTokens is the largest step ExactBatches covers.
+const MaxExactTokens = 64
+
+// exactStep reports whether a step of T tokens runs as chunked GEMVs.
+func (b *Backend) exactStep(c *kernels.Ctx, T int) bool {
+	cfg := b.cfg
+	return ExactBatches && !cfg.QKVBias && len(b.layers) > 0 && b.layers[0].wqkv.s == 0 && T > kernels.GemvMaxM && T <= MaxExactTokens && b.nTiles == 0 && len(b.hostFlat.mask) > 0 &&
+		c.GemvFits(kernels.GemvMaxM, cfg.HiddenSize) && c.GemvFits(kernels.GemvMaxM, cfg.QDim()) &&
+		c.GemvFits(kernels.GemvMaxM, cfg.IntermediateSize)
+}
+
+// qkvChunks is the fused QKV+RoPE GEMV over T tokens in chunks of
+// GemvMaxM (exact steps).
+func (b *Backend) qkvChunks(c *kernels.Ctx, ly *layer, lay metaLayout, kc, vc kernels.DevicePtr, T int) error {
+	cfg := b.cfg
+	H := cfg.HiddenSize
+	mp := func(off int) kernels.DevicePtr { return b.meta + kernels.DevicePtr(off*4) }
+	for m0 := 0; m0 < T; m0 += kernels.GemvMaxM {
+		m := min(kernels.GemvMaxM, T-m0)
+		o := kernels.DevicePtr(m0 * 4)
+		if err := c.GemvQKVRope(ly.wqkv.w, b.x+kernels.DevicePtr(m0*H*4), 0, ly.attnNorm, b.eps, b.qkv+kernels.DevicePtr(m0*b.qkvDim*4),
+			mp(lay.pos)+o, mp(lay.slots)+o, b.inv, kc, vc, m, H, cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim); err != nil {
+			return err
+		}
+	}
+	return nil
+}

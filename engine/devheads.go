@@ -1,0 +1,222 @@
+package engine
+
+import "fmt"
+
+// Draft heads and greedy verification on the device (issue #17 point 5;
+// owned by the GPU work). A backend that implements HeadsBackend runs a
+// proposer's draft heads (Medusa) inside the target's forward, on the final
+// hidden state of every logits row, and returns only each head's top-k
+// tokens per row: no hidden row is copied to the host and no head runs on
+// the CPU. A backend that implements RowArgmaxer returns the argmax of each
+// logits row of a greedy request's verified tree instead of the rows
+// themselves. With both, a Medusa step costs one forward (tree, heads,
+// top-k, argmax) and a few kilobytes back.
+
+// DraftHeads are residual draft heads on the target's final hidden state
+// (Medusa-1 layout): head h applies Layers blocks x ← x + SiLU(W x + b) and
+// then a vocabulary projection; its candidates are the TopK largest
+// projections. Slices are read during LoadHeads only.
+type DraftHeads struct {
+	// Key identifies the heads (e.g. directory and vocabulary limit): a
+	// second LoadHeads with the same key and TopK returns the same id.
+	Key                      string
+	NumHeads, Layers, Hidden int
+	TopK                     int           // candidates per head and row (1..16)
+	W                        [][][]float32 // [head][layer] [Hidden][Hidden], nn.Linear layout
+	B                        [][][]float32 // [head][layer] [Hidden]
+	// Proj holds the vocabulary projection of every head ([Rows][Hidden]),
+	// or one shared by all heads (len 1); nil: the target's lm_head (then
+	// IDs must be nil).
+	Proj [][]float32
+	// IDs maps projection row r to token IDs[r] (FR-Spec vocabulary
+	// limit); nil: row r is token r.
+	IDs []int32
+}
+
+// Rows is the number of projection rows (candidate tokens per head).
+func (d *DraftHeads) Rows(vocab int) int {
+	if d.IDs != nil {
+		return len(d.IDs)
+	}
+	return vocab
+}
+
+// Validate checks shapes against a model with hidden size H and vocabulary V.
+func (d *DraftHeads) Validate(H, V int) error {
+	bad := func(f string, a ...any) error {
+		return fmt.Errorf("draft heads %q: %s: %w", d.Key, fmt.Sprintf(f, a...), ErrBadWeights)
+	}
+	if d.NumHeads < 1 || d.Layers < 0 || d.Hidden != H {
+		return bad("%d heads, %d layers, hidden %d (model hidden %d)", d.NumHeads, d.Layers, d.Hidden, H)
+	}
+	rows := d.Rows(V)
+	if d.TopK < 1 || d.TopK > 16 || d.TopK > rows {
+		return bad("top-k %d not in [1, min(16, %d)]", d.TopK, rows)
+	}
+	if len(d.W) != d.NumHeads || len(d.B) != d.NumHeads {
+		return bad("%d / %d heads of weights and biases, want %d", len(d.W), len(d.B), d.NumHeads)
+	}
+	for h := range d.NumHeads {
+		if len(d.W[h]) != d.Layers || len(d.B[h]) != d.Layers {
+			return bad("head %d: %d / %d layers, want %d", h, len(d.W[h]), len(d.B[h]), d.Layers)
+		}
+		for l := range d.Layers {
+			if len(d.W[h][l]) != H*H || len(d.B[h][l]) != H {
+				return bad("head %d layer %d: weight %d / bias %d values, want %d / %d", h, l, len(d.W[h][l]), len(d.B[h][l]), H*H, H)
+			}
+		}
+	}
+	switch {
+	case d.Proj == nil && d.IDs != nil:
+		return bad("a vocabulary limit needs its projection rows (Proj)")
+	case d.Proj != nil && len(d.Proj) != 1 && len(d.Proj) != d.NumHeads:
+		return bad("%d projections for %d heads (want 1 or %d)", len(d.Proj), d.NumHeads, d.NumHeads)
+	}
+	for i, p := range d.Proj {
+		if len(p) != rows*H {
+			return bad("projection %d: %d values, want %d x %d", i, len(p), rows, H)
+		}
+	}
+	for i, id := range d.IDs {
+		if id < 0 || int(id) >= V {
+			return bad("IDs[%d] = %d not in [0, %d)", i, id, V)
+		}
+	}
+	return nil
+}
+
+// HeadsBackend is an optional Backend capability: draft heads loaded once
+// (LoadHeads returns their id, >= 1) run inside Forward for requests with
+// ForwardRequest.Heads set to that id, on every logits row's final hidden
+// state; ForwardRequest.HeadTop receives [rows][NumHeads][TopK] tokens.
+// HeadsWidth is NumHeads*TopK of a loaded id (0 when unknown).
+type HeadsBackend interface {
+	LoadHeads(h *DraftHeads) (int, error)
+	HeadsWidth(id int) int
+}
+
+// HeadsProposer is implemented by proposers whose heads can run on the
+// backend (HeadsBackend): DeviceHeads returns their id on backend b, or 0
+// when they run on the host there. The engine then asks the backend for
+// the heads' top-k of the row that predicted the pending token
+// (ProposeRequest.HeadTop) instead of the hidden row.
+type HeadsProposer interface {
+	DeviceHeads(b Backend) int
+}
+
+// RowArgmaxer is an optional Backend capability: Forward honours
+// ForwardRequest.Argmax (the argmax of every logits row, ties to the lowest
+// id, instead of the rows).
+type RowArgmaxer interface {
+	ArgmaxOnDevice() bool
+}
+
+// initDeviceHeads (newSpecState) picks the first proposer whose heads run
+// on the engine's backend.
+func (e *Engine) initDeviceHeads(sp *specState) {
+	for _, p := range sp.props {
+		hp, ok := p.(HeadsProposer)
+		if !ok {
+			continue
+		}
+		if id := hp.DeviceHeads(e.m.backend); id > 0 {
+			if hb, ok := e.m.backend.(HeadsBackend); ok && hb.HeadsWidth(id) > 0 {
+				sp.headsID, sp.headsW = id, hb.HeadsWidth(id)
+				return
+			}
+		}
+	}
+}
+
+// deviceHeads turns an item's hidden-row request into a device-heads one
+// when the request's heads run on the backend.
+func (e *Engine) deviceHeads(r *request, it *BatchItem) {
+	if r.spec == nil || r.spec.headsID == 0 || !it.WantHidden {
+		return
+	}
+	it.WantHidden, it.Heads = false, r.spec.headsID
+}
+
+// argmaxOnly makes a tree item of a plain-greedy request (temperature 0,
+// no penalties, no logprobs) return its rows' argmax instead of logits,
+// where the backend can.
+func (e *Engine) argmaxOnly(r *request, it *BatchItem) {
+	ra, ok := e.m.backend.(RowArgmaxer)
+	p := r.sampler
+	if !ok || !ra.ArgmaxOnDevice() || p.Temperature > 0 || p.PresencePenalty != 0 || p.FrequencyPenalty != 0 ||
+		p.Logprobs > 0 || !p.SkipLogprobs || it.Sample != nil {
+		return
+	}
+	it.ArgmaxOnly = true
+}
+
+// keepHeadTop keeps the heads' top-k of logits row `row` of a finished item
+// for the next Propose (cleared when the backend did not provide it).
+func (sp *specState) keepHeadTop(it *BatchItem, row int) {
+	if sp.headsW == 0 {
+		return
+	}
+	w := sp.headsW
+	if it.Heads == 0 || len(it.HeadTop) < (row+1)*w || it.HeadTop[row*w] < 0 {
+		sp.headTop = sp.headTop[:0]
+		return
+	}
+	sp.headTop = append(sp.headTop[:0], it.HeadTop[row*w:(row+1)*w]...)
+}
+
+// headTopBuf sizes an item's HeadTop for rows logits rows (nil without heads).
+func (m *Model) headTopBuf(it *BatchItem, rows int) []int32 {
+	if it.Heads == 0 {
+		return nil
+	}
+	hb, ok := m.backend.(HeadsBackend)
+	if !ok {
+		return nil
+	}
+	n := rows * hb.HeadsWidth(it.Heads)
+	if cap(it.HeadTop) < n {
+		it.HeadTop = make([]int32, n)
+	}
+	it.HeadTop = it.HeadTop[:n]
+	return it.HeadTop
+}
+
+// argmaxBuf sizes an ArgmaxOnly item's Argmax for rows logits rows.
+func argmaxBuf(it *BatchItem, rows int) []int32 {
+	if !it.ArgmaxOnly {
+		return nil
+	}
+	if cap(it.Argmax) < rows {
+		it.Argmax = make([]int32, rows)
+	}
+	it.Argmax = it.Argmax[:rows]
+	return it.Argmax
+}
+
+// verifyArgmax is verifyTree's greedy walk (temperature 0, no penalties)
+// over the rows' argmax tokens: argmax[0] is the target's token after the
+// pending token, argmax[j+1] after node j.
+func verifyArgmax(toks, parents, argmax []int32) verdict {
+	kids := make([][]int, len(toks)+1)
+	for i, p := range parents {
+		kids[p+1] = append(kids[p+1], i)
+	}
+	var out verdict
+	v := -1
+	for {
+		t := argmax[v+1]
+		next := -1
+		for _, c := range kids[v+1] {
+			if toks[c] == t {
+				next = c
+				break
+			}
+		}
+		if next < 0 {
+			out.bonus = t
+			return out
+		}
+		out.path = append(out.path, next)
+		v = next
+	}
+}
