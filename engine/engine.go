@@ -85,6 +85,11 @@ type Engine struct {
 	// steps instead of ~0.2, so the budget stopped at depth 1).
 	propCost map[Proposer]*costWindow
 	props    map[Proposer]*propState
+	// availBlocks is the KV pool's available blocks when makeRoom last
+	// let a step through (the step's draft budget reads it: counting them
+	// walks the prefix cache, ~1000s of blocks on a GPU pool, and a second
+	// walk per step cost speculative requests several µs per step).
+	availBlocks int
 	// specStreak counts steps in a row that verified drafts; lastTrees is
 	// the number of trees of the last propose.
 	specStreak, lastTrees int
@@ -738,7 +743,9 @@ func (e *Engine) makeRoom(ready, running []*request) ([]*request, []*request) {
 		for _, r := range ready {
 			need += e.demand(r, e.baseTokens(r))
 		}
-		if need <= kv.AvailableBlocks() {
+		avail := kv.AvailableBlocks()
+		if need <= avail {
+			e.availBlocks = avail
 			return ready, preempted
 		}
 		// the newest running request that is not already preempted

@@ -235,8 +235,10 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 		}
 	}(&e.lastTrees)
 	kv := e.m.kv
-	// KV room for draft nodes beyond the step's own tokens.
-	room := (kv.AvailableBlocks() - len(reqs)) * kv.BlockSize() // a block of slack per request (partial blocks)
+	// KV room for draft nodes beyond the step's own tokens (the pool as
+	// makeRoom counted it for this step; an overestimate costs the step its
+	// trees, never a request: the forward is retried without them).
+	room := (e.availBlocks - len(reqs)) * kv.BlockSize() // a block of slack per request (partial blocks)
 	// distinct proposers, their per-level cost, their current depth.
 	var props []Proposer
 	pid := map[Proposer]int{}
