@@ -46,7 +46,13 @@ func (s *Server) proxyChat(c *fiber.Ctx, ur *upstreamRoute, body []byte, head mo
 	}
 	fl, leader := s.joinFlight(l, cr)
 	if !leader {
-		if shared, ok := s.waitFlight(c, fl); ok {
+		shared, ok, err := s.waitFlight(c, fl)
+		if errors.Is(err, errClientLeft) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if ok {
 			if n, ok := usedTokens(shared); ok {
 				res.settle(n)
 			} else if res != nil {
@@ -82,15 +88,28 @@ func (s *Server) proxyChat(c *fiber.Ctx, ur *upstreamRoute, body []byte, head mo
 	return nil
 }
 
-// waitFlight waits for the leader of fl (until the client hangs up or the
-// server shuts down); ok is false when the leader had no answer.
-func (s *Server) waitFlight(c *fiber.Ctx, fl *streamFlight) ([]byte, bool) {
+// waitFlight waits for the leader of fl; ok is false when the leader had
+// no answer. It stops early when the client hangs up or the server shuts
+// down: err is then what to return to fiber (nil for a client that left).
+func (s *Server) waitFlight(c *fiber.Ctx, fl *streamFlight) (body []byte, ok bool, err error) {
 	ctx, cancel := context.WithCancel(s.baseCtx)
 	defer cancel()
 	watch := watchConnLazily(c.Context().Conn(), cancel)
-	defer watch.stop()
-	return fl.wait(ctx)
+	body, ok = fl.wait(ctx)
+	watch.stop()
+	switch {
+	case ok:
+	case s.baseCtx.Err() != nil:
+		err = errUnavailable("The server is shutting down.", 0)
+	case ctx.Err() != nil:
+		reservationOf(c).settle(0) // the client left: nothing was used
+		return nil, false, errClientLeft
+	}
+	return body, ok, err
 }
+
+// errClientLeft stops a handler whose client hung up while it waited.
+var errClientLeft = errors.New("gateway: client left")
 
 // upstreamHit answers an upstream JSON request from the cache: the stored
 // answer with its own id, a fresh created time and cached_tokens.
@@ -154,7 +173,13 @@ func (s *Server) proxyChatStream(c *fiber.Ctx, ur *upstreamRoute, body []byte, c
 		tee := &streamTee{creq: cr}
 		fl, leader := s.joinFlight(l, cr)
 		if !leader {
-			if shared, ok := s.waitFlight(c, fl); ok && plainChat(shared) {
+			shared, ok, err := s.waitFlight(c, fl)
+			if errors.Is(err, errClientLeft) {
+				return nil
+			} else if err != nil {
+				return err
+			}
+			if ok && plainChat(shared) {
 				return s.replayUpstreamSSE(c, shared, false, includeUsage)
 			}
 			// The leader failed, its client left, or its answer cannot be
