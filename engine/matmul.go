@@ -162,6 +162,9 @@ func (w *wmat) rowDot(o, in int, x []float32) float32 {
 	if w.i8 != nil {
 		return w.i8.rowDot(o, x)
 	}
+	if w.f32 == nil {
+		return w.halfRowDot(o, x) // F16 tensor: panels only (matmul_f16.go)
+	}
 	return dot(w.f32[o*in:o*in+in], x)
 }
 
@@ -169,6 +172,9 @@ func (w *wmat) rowDot(o, in int, x []float32) float32 {
 func (w *wmat) rowDot2(o, in int, x0, x1 []float32) (float32, float32) {
 	if w.i8 != nil {
 		return w.i8.rowDot(o, x0), w.i8.rowDot(o, x1)
+	}
+	if w.f32 == nil {
+		return w.halfRowDot(o, x0), w.halfRowDot(o, x1)
 	}
 	return dot2(w.f32[o*in:o*in+in], x0, x1)
 }
@@ -212,7 +218,7 @@ func matmulJobs(threads int, x []float32, T, in int, jobs ...mmJob) {
 	N, packed := 0, true
 	for _, j := range jobs {
 		_ = j.out[T*j.n-1]
-		if (j.w.i8 == nil && len(j.w.f32) < j.n*in) || (j.w.in != 0 && (j.w.in != in || j.w.out < j.n)) {
+		if (j.w.i8 == nil && j.w.h == nil && len(j.w.f32) < j.n*in) || (j.w.in != 0 && (j.w.in != in || j.w.out < j.n)) {
 			panic("engine: matmul weight smaller than [out][in]")
 		}
 		N += j.n

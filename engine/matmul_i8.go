@@ -76,5 +76,8 @@ func newWmatT(t model.Tensor, out, in int, half bool) wmat {
 	if t.DType == model.I8 {
 		return newWmatI8(t.I8, t.Scales, out, in)
 	}
+	if t.DType == model.F16 && half && useAVX2 && hasF16C {
+		return newWmatF16(t.Half, out, in) // matmul_f16.go: no float32 copy
+	}
 	return newWmat(t.Float32(), out, in, half)
 }
