@@ -471,6 +471,7 @@ func (c *Cache) get(ctx context.Context, req *Request) (Lookup, []float32, error
 	if len(ms) > 0 {
 		l.Similarity = ms[0].Score
 	}
+	var qt []token // the query's tokens for the guard, made once
 	for _, m := range ms {
 		if m.Score < p.cfg.Threshold {
 			if l.Reason == "miss" {
@@ -490,7 +491,10 @@ func (c *Cache) get(ctx context.Context, req *Request) (Lookup, []float32, error
 			return done(l), v, fmt.Errorf("cache: semantic fetch: %w", err)
 		}
 		if !c.cfg.DisableGuard {
-			if why := Guard(p.norm, e.key); why != "" {
+			if qt == nil {
+				qt = tokenize(p.norm)
+			}
+			if why := guardTokens(qt, e.tokens()); why != "" {
 				c.m.guard.WithLabelValues(why).Inc()
 				c.m.similarity.WithLabelValues("guard").Observe(float64(m.Score))
 				if l.Reason == "miss" || l.Reason == "threshold" {

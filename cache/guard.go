@@ -31,7 +31,13 @@ const (
 // conservative: a rejection costs a generation, a false hit costs a wrong
 // answer. Both texts are key texts as stored (normalized, case kept).
 func Guard(query, cached string) string {
-	a, b := tokenize(query), tokenize(cached)
+	return guardTokens(tokenize(query), tokenize(cached))
+}
+
+// guardTokens is Guard on tokenized texts (the semantic tier tokenizes the
+// query once per lookup and each hot entry's key once). It does not modify
+// a or b.
+func guardTokens(a, b []token) string {
 	if countNeg(a) != countNeg(b) {
 		return GuardNegation
 	}

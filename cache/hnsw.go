@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sync"
+	"unsafe"
 )
 
 // HNSWConfig holds the parameters of the in-process HNSW index.
@@ -555,6 +556,12 @@ func (g *graph) searchLayer(q *query, eps []cand, ef, level int, liveOnly bool) 
 					}
 				}
 			}
+		}
+		// The next node to expand is known now: request its layer-0 link
+		// list (a cache miss per expansion otherwise) before the heap work.
+		if level == 0 && cands.len() > 0 {
+			o := int(cands.top().i) * g.l0s
+			prefetchLines((*int8)(unsafe.Pointer(&g.l0[o])), g.l0s*4)
 		}
 	}
 	out := make([]cand, res.len())

@@ -29,6 +29,18 @@ type hotEntry struct {
 	resp    []byte // the stored response; shared, read-only
 	view    any    // the Renderer's view, nil without one
 	expires time.Time
+	toks    atomic.Pointer[[]token] // tokenize(key), made at the first guard run
+}
+
+// tokens returns the key's tokens for the guard, tokenizing it once per
+// entry (concurrent first calls may both tokenize; the results are equal).
+func (e *hotEntry) tokens() []token {
+	if t := e.toks.Load(); t != nil {
+		return *t
+	}
+	t := tokenize(e.key)
+	e.toks.Store(&t)
+	return t
 }
 
 // hotOverhead approximates the per-entry bookkeeping bytes (map slot,
