@@ -42,6 +42,12 @@ type Options struct {
 	// (within SpecBudget and its depth limit) whatever they cost: the fixed
 	// modes of `specgate bench spec`; the default is the adaptive budget.
 	FixedDraft bool
+	// StepCost, when set, prices a target step of T tokens in place of the
+	// engine's timings of its forwards (calibration and every step), so the
+	// adaptive budget decides the same way on a quiet and on a loaded
+	// machine: for tests of the budget's decisions, or a backend whose cost
+	// curve is known. Proposer calls are still timed.
+	StepCost func(tokens int) time.Duration
 	// AckWait is how long a step waits for requests still handing their last
 	// token to their caller, so that they join the batch; 0 = 2ms.
 	AckWait time.Duration
@@ -991,7 +997,11 @@ func (e *Engine) step(ready []*request, active int) []*request {
 		for _, it := range items {
 			T += len(it.Tokens)
 		}
-		e.cost.observe(T, time.Since(t0).Seconds())
+		secs := time.Since(t0).Seconds()
+		if e.opts.StepCost != nil {
+			secs = e.opts.StepCost(T).Seconds()
+		}
+		e.cost.observe(T, secs)
 	}
 	return served
 }

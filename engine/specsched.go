@@ -162,6 +162,10 @@ func (e *Engine) calibrate() {
 		for i := range toks {
 			toks[i], par[i] = int32((11+5*i)%V), int32(i)-1
 		}
+		if e.opts.StepCost != nil {
+			e.cost.observeCalibrated(n, e.opts.StepCost(n).Seconds())
+			continue
+		}
 		best := math.Inf(1)
 		for range 3 {
 			t0 := time.Now()

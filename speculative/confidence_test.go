@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/specgate/specgate/engine"
 )
@@ -15,7 +16,13 @@ import (
 // step accepts several tokens, not one. Output equals plain decoding.
 func TestConfidentLongDrafts(t *testing.T) {
 	target, _ := shippedPair(t)
-	e := engine.New(target, engine.Options{MaxDraft: 16})
+	// The budget prices steps by a fixed curve (one token 0.6 ms, each more
+	// token 13% of it: 4 tokens 1.39x, 8 tokens 1.91x, within the CPU
+	// verification bars of issue #10) instead of this machine's timings, so
+	// its decisions do not depend on the machine's load.
+	e := engine.New(target, engine.Options{MaxDraft: 16, StepCost: func(T int) time.Duration {
+		return time.Duration(600*(1+0.13*float64(T-1))) * time.Microsecond
+	}})
 	defer e.Close()
 	prompt := target.Tokenizer.Encode(testPrompts(t)[0], true)
 	want, _, err := generate(e, engine.GenerateRequest{Prompt: prompt, MaxTokens: 96, NoSpeculation: true})
@@ -35,7 +42,7 @@ func TestConfidentLongDrafts(t *testing.T) {
 	per := float64(res.Spec.Accepted) / float64(max(res.Spec.Steps, 1))
 	t.Logf("%d tokens, %d steps, %d accepted: %.2f accepted per step", len(got), res.Spec.Steps, res.Spec.Accepted, per)
 	if per < 3 {
-		t.Fatalf("exact prediction accepted %.2f tokens per step through the adaptive engine, want >= 3 (without the Confident hook and the look-ahead: about 2; the engine measures its step costs, so this leaves room for a loaded machine)", per)
+		t.Fatalf("exact prediction accepted %.2f tokens per step through the adaptive engine, want >= 3 (without the Confident hook and the look-ahead: about 2; the engine measures its step costs, so the step costs are the fixed curve above)", per)
 	}
 }
 
