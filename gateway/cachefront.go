@@ -29,8 +29,7 @@ import (
 // provider must start before its response headers (its first event or
 // status decides the HTTP status) and finish in the body writer, after
 // the handler returned; cache.Do takes the generation as one call. The
-// price: a miss embeds its key twice when the semantic tier is on (the
-// lookup's vector is not handed to Put).
+// lookup's key and vector travel to the store in a cache.Pending.
 
 // joinFlight puts a request whose lookup (l) missed on the flight of its
 // cache entry: leader = true means it generates (fl is then its flight, nil
@@ -43,11 +42,32 @@ func (s *Server) joinFlight(l cache.Lookup, creq *cache.Request) (fl *streamFlig
 	return s.flights.join(l.Namespace + "\x00" + l.ID)
 }
 
+// answerStore stores the answer of a missed lookup.
+type answerStore func(ctx context.Context, body []byte, cost float64) error
+
+// pendingCache is a cache whose lookup keeps what storing a miss's answer
+// needs (the prepared key and the query vector): *cache.Cache.
+type pendingCache interface {
+	GetPending(ctx context.Context, req *cache.Request) (cache.Lookup, *cache.Pending, error)
+}
+
+// cacheLookup looks creq up and returns how to store the answer of a miss:
+// through the lookup's Pending when the cache has one (the key is not
+// embedded again), else with Put.
+func (s *Server) cacheLookup(ctx context.Context, creq *cache.Request) (cache.Lookup, answerStore, error) {
+	if pc, ok := s.cache.(pendingCache); ok {
+		l, p, err := pc.GetPending(ctx, creq)
+		return l, p.Put, err
+	}
+	l, err := s.cache.Get(ctx, creq)
+	return l, func(ctx context.Context, body []byte, cost float64) error { return s.cache.Put(ctx, creq, body, cost) }, err
+}
+
 // storeAnswer hands a generated answer to the flight's followers (fl may be
 // nil) and stores it (the cache skips what it must not store).
-func (s *Server) storeAnswer(fl *streamFlight, creq *cache.Request, body []byte, cost float64) {
+func (s *Server) storeAnswer(fl *streamFlight, store answerStore, body []byte, cost float64) {
 	fl.finish(body, true)
-	if err := s.cache.Put(context.Background(), creq, body, cost); err != nil && !cacheSkipped(err) {
+	if err := store(context.Background(), body, cost); err != nil && !cacheSkipped(err) {
 		s.log.Warn("cache store failed", "err", err)
 	}
 }
@@ -56,7 +76,7 @@ func (s *Server) storeAnswer(fl *streamFlight, creq *cache.Request, body []byte,
 // it under and the flight it leads (nil: none). Its methods are safe on a
 // nil tee.
 type streamTee struct {
-	creq   *cache.Request
+	save   answerStore
 	flight *streamFlight
 }
 
@@ -78,7 +98,7 @@ func (t *streamTee) store(s *Server, a *chatAssembler) {
 		t.fail()
 		return
 	}
-	s.storeAnswer(t.flight, t.creq, b, cost)
+	s.storeAnswer(t.flight, t.save, b, cost)
 }
 
 // chatAssembler collects the chunks of an upstream's chat stream into the

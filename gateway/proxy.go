@@ -36,7 +36,7 @@ func (s *Server) proxyChat(c *fiber.Ctx, ur *upstreamRoute, body []byte, head mo
 		return s.proxyChatStream(c, ur, body, cr, req.StreamOptions != nil && req.StreamOptions.IncludeUsage != nil && *req.StreamOptions.IncludeUsage)
 	}
 	res := reservationOf(c)
-	l, err := s.cache.Get(s.baseCtx, cr)
+	l, store, err := s.cacheLookup(s.baseCtx, cr)
 	if err != nil && !cacheSkipped(err) {
 		s.logger(c).Warn("cache lookup failed", "err", err)
 	}
@@ -75,7 +75,7 @@ func (s *Server) proxyChat(c *fiber.Ctx, ur *upstreamRoute, body []byte, head mo
 			Usage Usage `json:"usage"`
 		}
 		_ = json.Unmarshal(b, &u)
-		s.storeAnswer(fl, cr, bytes.Clone(b), float64(u.Usage.CompletionTokens))
+		s.storeAnswer(fl, store, bytes.Clone(b), float64(u.Usage.CompletionTokens))
 	} else {
 		fl.finish(nil, false) // not cacheable; the client gets the upstream's answer
 	}
@@ -152,7 +152,7 @@ func (s *Server) upstreamHit(c *fiber.Ctx, l cache.Lookup) error {
 // when it hits with an answer a stream can replay, else forwards it, teed
 // into the cache.
 func (s *Server) proxyChatStream(c *fiber.Ctx, ur *upstreamRoute, body []byte, cr *cache.Request, includeUsage bool) error {
-	l, err := s.cache.Get(s.baseCtx, cr)
+	l, store, err := s.cacheLookup(s.baseCtx, cr)
 	if err != nil && !cacheSkipped(err) {
 		s.logger(c).Warn("cache lookup failed", "err", err)
 	}
@@ -170,7 +170,7 @@ func (s *Server) proxyChatStream(c *fiber.Ctx, ur *upstreamRoute, body []byte, c
 		// identical concurrent requests, streamed or not, share one
 		// upstream call; followers replay the leader's answer (a JSON
 		// leader's only when a stream can reproduce it).
-		tee := &streamTee{creq: cr}
+		tee := &streamTee{save: store}
 		fl, leader := s.joinFlight(l, cr)
 		if !leader {
 			shared, ok, err := s.waitFlight(c, fl)

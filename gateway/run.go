@@ -265,8 +265,11 @@ func (s *Server) runLocal(c *fiber.Ctx, j *job, creq *cache.Request) error {
 		return s.runJSON(c, ctx, rs)
 	}
 	var flight *streamFlight
+	var store answerStore
 	if creq != nil {
-		l, err := s.cache.Get(ctx, creq)
+		var l cache.Lookup
+		var err error
+		l, store, err = s.cacheLookup(ctx, creq)
 		if err != nil {
 			if !cacheSkipped(err) {
 				rs.logger().Warn("cache lookup failed", "err", err)
@@ -347,7 +350,7 @@ func (s *Server) runLocal(c *fiber.Ctx, j *job, creq *cache.Request) error {
 			return
 		}
 		body, _ := j.render(rs.id, rs.created, genOutcome{acc: st.acc, results: st.results})
-		s.storeAnswer(flight, creq, body, float64(usage.CompletionTokens))
+		s.storeAnswer(flight, store, body, float64(usage.CompletionTokens))
 	})
 	return nil
 }
@@ -403,8 +406,11 @@ func (s *Server) runJSON(c *fiber.Ctx, ctx context.Context, rs *runState) error 
 		return body, float64(usage.CompletionTokens), nil
 	}
 	var fl *streamFlight // the flight this request leads (nil: none)
+	var store answerStore
 	if rs.creq != nil {
-		l, err := s.cache.Get(ctx, rs.creq)
+		var l cache.Lookup
+		var err error
+		l, store, err = s.cacheLookup(ctx, rs.creq)
 		if err != nil && !cacheSkipped(err) {
 			rs.logger().Warn("cache lookup failed", "err", err)
 		}
@@ -443,7 +449,7 @@ func (s *Server) runJSON(c *fiber.Ctx, ctx context.Context, rs *runState) error 
 	if err != nil {
 		fl.finish(nil, false)
 	} else if rs.creq != nil {
-		s.storeAnswer(fl, rs.creq, body, cost)
+		s.storeAnswer(fl, store, body, cost)
 	}
 	if err != nil {
 		if cause := context.Cause(ctx); errors.Is(cause, ErrClientGone) {
