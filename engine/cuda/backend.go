@@ -45,7 +45,17 @@ type Options struct {
 	// TimeSteps records device events around each forward's uploads and
 	// kernels (not the copy back), read with StepTimes (benchmarks).
 	TimeSteps bool
-	Eps       float32 // overrides cfg.RMSNormEps when > 0
+	// NoDeviceHeads runs Medusa-style draft heads and the tree argmax on
+	// the host instead of inside the forward (heads.go; also with
+	// SPECGATE_DEVICE_HEADS=0). NoHeadsFused never uses the fused head
+	// kernels (also with SPECGATE_HEADS_FUSED=0).
+	NoDeviceHeads, NoHeadsFused bool
+	// ExactVerify runs tree-verification steps of 9..64 tokens as chunked
+	// GEMVs, so each token's logits are bit-identical to plain decoding's
+	// (exact.go; also with SPECGATE_EXACT_VERIFY=1). Off by default: it
+	// costs speed.
+	ExactVerify bool
+	Eps         float32 // overrides cfg.RMSNormEps when > 0
 	// Quantize: "" (or "none"/"fp16"): fp16 weights; engine.QuantInt8:
 	// int8 weight-only projections and LM head (quant.go).
 	Quantize string

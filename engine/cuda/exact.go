@@ -1,8 +1,6 @@
 package cuda
 
 import (
-	"os"
-
 	"github.com/specgate/specgate/kernels"
 )
 
@@ -12,7 +10,7 @@ import (
 // larger steps used to run their projections through cuBLAS GEMMs on fp16
 // activations, whose rounding differs, and a greedy tree verification then
 // sometimes picked another token than plain decoding at a near-tie (seen:
-// the 16-node Medusa tree, 1 prompt of 20 x 128 tokens). With ExactBatches,
+// the 16-node Medusa tree, 1 prompt of 20 x 128 tokens). With exact batches,
 // every step of up to MaxExactTokens tokens without prefill tiles runs its
 // projections as GEMVs of at most GemvMaxM tokens each (the fused QKV+RoPE
 // kernel per chunk), so each token's result is the one plain decoding
@@ -24,17 +22,16 @@ import (
 // then does not pay; near-tie differences were rare (0 of 20 prompts x 128
 // tokens at concurrency 1 in one run, 1 in another).
 
-// ExactBatches: chunked GEMV for tree steps of GemvMaxM+1..MaxExactTokens
-// tokens (SPECGATE_EXACT_VERIFY=1; off by default).
-var ExactBatches = os.Getenv("SPECGATE_EXACT_VERIFY") == "1"
+// Options.ExactVerify (or SPECGATE_EXACT_VERIFY=1) turns exact batches on:
+// chunked GEMV for tree steps of GemvMaxM+1..MaxExactTokens tokens.
 
-// MaxExactTokens is the largest step ExactBatches covers.
+// MaxExactTokens is the largest step exact batches cover.
 const MaxExactTokens = 64
 
 // exactStep reports whether a step of T tokens runs as chunked GEMVs.
 func (b *Backend) exactStep(c *kernels.Ctx, T int) bool {
 	cfg := b.cfg
-	return ExactBatches && !cfg.QKVBias && len(b.layers) > 0 && b.layers[0].wqkv.s == 0 && T > kernels.GemvMaxM && T <= MaxExactTokens && b.nTiles == 0 && len(b.hostFlat.mask) > 0 &&
+	return b.opt.ExactVerify && !cfg.QKVBias && len(b.layers) > 0 && b.layers[0].wqkv.s == 0 && T > kernels.GemvMaxM && T <= MaxExactTokens && b.nTiles == 0 && len(b.hostFlat.mask) > 0 &&
 		c.GemvFits(kernels.GemvMaxM, cfg.HiddenSize) && c.GemvFits(kernels.GemvMaxM, cfg.QDim()) &&
 		c.GemvFits(kernels.GemvMaxM, cfg.IntermediateSize)
 }

@@ -3,7 +3,6 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"os"
 	"unsafe"
 
 	"github.com/specgate/specgate/engine"
@@ -23,11 +22,12 @@ import (
 // argmax) are copied back: a few kilobytes instead of the logits and
 // hidden rows.
 
-// ErrHeadsOff: device heads are disabled (SPECGATE_DEVICE_HEADS=0); the
+// ErrHeadsOff: device heads are disabled (Options.NoDeviceHeads, or
+// SPECGATE_DEVICE_HEADS=0); the
 // proposer then runs its heads on the host.
 var ErrHeadsOff = errors.New("cuda backend: device draft heads disabled")
 
-// HeadsFused: steps whose heads have at most HeadsFusedMaxRows head rows
+// Fused heads (unless Options.NoHeadsFused): steps whose heads have at most HeadsFusedMaxRows head rows
 // (heads x logits rows) run them as three PDL-launched kernels (norm with
 // the first residual layer, projection tiles with their top-k, merge)
 // instead of norm, residual layer, cuBLAS projection and top-k launched one
@@ -35,17 +35,14 @@ var ErrHeadsOff = errors.New("cuda backend: device draft heads disabled")
 // (docs/device-notes.md, gpuspec call 5), 5 heads, vocabulary limit 2048:
 // one logits row 36 vs 55 µs, 17 rows 160 vs 72 µs (the tile projection
 // reads the weights once per 8 head rows; cuBLAS reuses them better).
-var HeadsFused = os.Getenv("SPECGATE_HEADS_FUSED") != "0"
 
 // HeadsFusedMaxRows is the most head rows (heads x logits rows) of the fused path.
 const HeadsFusedMaxRows = 16
 
 // fusedFor reports whether set s over R logits rows runs the fused kernels.
-func fusedFor(s *headsSet, R int) bool { return HeadsFused && s.L >= 1 && s.nh*R <= HeadsFusedMaxRows }
-
-// DeviceHeads reports whether draft heads and tree argmax run on the device
-// (default; SPECGATE_DEVICE_HEADS=0 turns both off, for comparisons).
-var DeviceHeads = os.Getenv("SPECGATE_DEVICE_HEADS") != "0"
+func (b *Backend) fusedFor(s *headsSet, R int) bool {
+	return !b.opt.NoHeadsFused && s.L >= 1 && s.nh*R <= HeadsFusedMaxRows
+}
 
 // headsSet is one loaded set of draft heads.
 type headsSet struct {
@@ -80,7 +77,7 @@ var (
 )
 
 // ArgmaxOnDevice implements engine.RowArgmaxer.
-func (b *Backend) ArgmaxOnDevice() bool { return DeviceHeads }
+func (b *Backend) ArgmaxOnDevice() bool { return !b.opt.NoDeviceHeads }
 
 // HeadsWidth implements engine.HeadsBackend.
 func (b *Backend) HeadsWidth(id int) int {
@@ -93,7 +90,7 @@ func (b *Backend) HeadsWidth(id int) int {
 // LoadHeads implements engine.HeadsBackend: the heads' weights go to the
 // device as fp16 (biases fp32); the same Key and TopK load once.
 func (b *Backend) LoadHeads(h *engine.DraftHeads) (int, error) {
-	if !DeviceHeads {
+	if b.opt.NoDeviceHeads {
 		return 0, ErrHeadsOff
 	}
 	if b.closed {
@@ -207,7 +204,7 @@ func (b *Backend) headsBegin(c *kernels.Ctx, reqs []*engine.ForwardRequest, fb *
 		width = s.width
 		cand := P * kernels.HeadsTiles(s.rows) * s.K * 4
 		need = [8]int{R * H * 4, P * H * 4, P * H * 4, P * H * 2, P * s.rows * 4, R * width * 4, cand, cand}
-		if fusedFor(s, R) {
+		if b.fusedFor(s, R) {
 			need[3], need[4] = 0, 0 // no fp16 copy, no logits
 		} else {
 			need[6], need[7] = 0, 0 // no tile candidates
@@ -265,7 +262,7 @@ func (b *Backend) runHeads(c *kernels.Ctx, R int, lay metaLayout) error {
 	}
 	H := b.cfg.HiddenSize
 	rows := b.meta + kernels.DevicePtr(lay.rows*4)
-	if fusedFor(s, R) {
+	if b.fusedFor(s, R) {
 		// three PDL launches: norm + first residual layer, further layers,
 		// projection with per-tile top-k, merge
 		if err := c.HeadsNormResBlock(b.x, rows, b.norm, b.eps, s.w[0], s.b[0], hd.a, s.nh, R, H); err != nil {

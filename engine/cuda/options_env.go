@@ -9,14 +9,20 @@ const (
 	EnvAttnTile       = "SPECGATE_ATTN_TILE"       // "0": Options.NoAttnTile
 	EnvDeviceSampling = "SPECGATE_DEVICE_SAMPLING" // "0": Options.NoDeviceSampling
 	EnvGraphBatched   = "SPECGATE_GRAPH_BATCHED"   // "0": Options.NoGraphBatched
+	EnvDeviceHeads    = "SPECGATE_DEVICE_HEADS"    // "0": Options.NoDeviceHeads
+	EnvHeadsFused     = "SPECGATE_HEADS_FUSED"     // "0": Options.NoHeadsFused
+	EnvExactVerify    = "SPECGATE_EXACT_VERIFY"    // "1": Options.ExactVerify
 )
 
 // withEnv returns o with the environment's switches applied (a switch can
-// only turn a feature off).
+// only turn a feature off, or, for ExactVerify, trade speed for exactness).
 func (o Options) withEnv() Options {
 	off := func(name string) bool { return os.Getenv(name) == "0" }
 	o.NoAttnTile = o.NoAttnTile || off(EnvAttnTile)
 	o.NoDeviceSampling = o.NoDeviceSampling || off(EnvDeviceSampling)
 	o.NoGraphBatched = o.NoGraphBatched || off(EnvGraphBatched)
+	o.NoDeviceHeads = o.NoDeviceHeads || off(EnvDeviceHeads)
+	o.NoHeadsFused = o.NoHeadsFused || off(EnvHeadsFused)
+	o.ExactVerify = o.ExactVerify || os.Getenv(EnvExactVerify) == "1"
 	return o
 }

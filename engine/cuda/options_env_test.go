@@ -16,4 +16,17 @@ func TestOptionsWithEnv(t *testing.T) {
 	if o := (Options{}).withEnv(); o.NoAttnTile || !o.NoDeviceSampling || o.NoGraphBatched {
 		t.Fatalf("withEnv: %+v", o)
 	}
+	if o := (Options{}).withEnv(); o.NoDeviceHeads || o.NoHeadsFused || o.ExactVerify {
+		t.Fatalf("withEnv without heads/exact switches: %+v", o)
+	}
+	t.Setenv(EnvDeviceHeads, "0")
+	t.Setenv(EnvHeadsFused, "0")
+	t.Setenv(EnvExactVerify, "1")
+	if o := (Options{}).withEnv(); !o.NoDeviceHeads || !o.NoHeadsFused || !o.ExactVerify {
+		t.Fatalf("withEnv with heads/exact switches: %+v", o)
+	}
+	t.Setenv(EnvExactVerify, "0")
+	if o := (Options{ExactVerify: true}).withEnv(); !o.ExactVerify {
+		t.Fatalf("withEnv dropped Options.ExactVerify: %+v", o)
+	}
 }
