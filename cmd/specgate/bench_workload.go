@@ -443,6 +443,9 @@ func wlServer(dir, name, backend string, maxDraft int, fixed bool) (string, func
 		eo.MaxDraft = maxDraft
 	}
 	eo.FixedDraft = fixed
+	if testEngineOptions != nil {
+		testEngineOptions(&eo)
+	}
 	eng := engine.New(m, eo)
 	emb, err := cache.NewLexical(cache.DefaultLexicalDim)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 // command fails otherwise), and the drafted runs must have used their
 // sources: near misses for paraphrases, the prediction for code edits.
 func TestBenchWorkload(t *testing.T) {
+	fixedStepCosts(t)
 	base, stop, err := wlServer("../../models/specgate-target", "specgate-target", "cpu", 0, false)
 	if err != nil {
 		t.Skipf("shipped model: %v", err)

@@ -64,6 +64,7 @@ func TestMedusaConfig(t *testing.T) {
 // medusa gives an engine that drafts with the heads (usage by source
 // "medusa", tokens accepted) and answers exactly as plain decoding.
 func TestMedusaServeModels(t *testing.T) {
+	fixedStepCosts(t)
 	cfg, err := gateway.ParseConfig([]byte("models:\n  - name: m\n    path: ../../models/specgate-target\n    backend: cpu\n" +
 		"    speculative:\n      method: medusa\n      heads: ../../models/specgate-target-medusa\n      tree: \"4\"\n      vocab_limit: 2048\n"))
 	if err != nil {

@@ -192,6 +192,9 @@ func loadModels(cfg *gateway.Config, log *slog.Logger) ([]*gateway.LocalModel, f
 			closeAll()
 			return nil, nil, fmt.Errorf("models[%d] %s: %w", i, mc.Name, err)
 		}
+		if testEngineOptions != nil {
+			testEngineOptions(&eo)
+		}
 		eng := engine.New(m, eo)
 		closers = append(closers, func() { _ = eng.Close(); _ = m.Close() })
 		st, _ := os.Stat(mc.Path)
