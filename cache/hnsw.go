@@ -205,9 +205,9 @@ func (h *HNSW) Close() error {
 
 var _ VectorIndex = (*HNSW)(nil)
 
-// node is one vector in a graph. links[l] are its neighbours on layer l ≥ 1
-// (len(links) is the node's level + 1; layer 0's links live in the graph's
-// l0 arena, links[0] is nil). Vectors with few non-zeros (the lexical
+// node is one vector in a graph. len(links) is the node's level + 1; its
+// entries are nil once the node is in a graph (the links live in the
+// graph's l0 and up arenas; Load and add pass them in through links). Vectors with few non-zeros (the lexical
 // embedder's hashed n-grams fill about a fifth of the buckets) also keep a
 // sparse copy, so similarity with a dense query costs O(non-zeros) instead
 // of O(dim).
@@ -278,6 +278,14 @@ type graph struct {
 	l0   []int32
 	l0s  int
 	dead []bool
+	// Links on layers ≥ 1, the same way: node i's layer l list at
+	// up[upOff[i]+(l-1)*ups] (count, then up to ups-1 links); upOff[i] is
+	// -1 for nodes on layer 0 only. ups is M+1, more for a loaded snapshot
+	// with longer lists. (The upper layers are searched with the full beam,
+	// so they are on the hot path too.)
+	up    []int32
+	upOff []int32
+	ups   int
 
 	// Quantized copies for traversal (dim ≥ quantMinDim): node i's vector
 	// as int8 in qv[i*qdim:(i+1)*qdim] (zero-padded to a multiple of 32)
@@ -292,7 +300,7 @@ func newGraph(cfg HNSWConfig, seed uint64) *graph {
 	g := &graph{
 		cfg: cfg, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		ml: 1 / math.Log(float64(cfg.M)), byID: map[string]int32{}, entry: -1,
-		l0s: 2*cfg.M + 1,
+		l0s: 2*cfg.M + 1, ups: cfg.M + 1,
 	}
 	if cfg.Dim >= quantMinDim && !cfg.NoQuantize {
 		g.qdim = (cfg.Dim + 31) &^ 31
@@ -316,17 +324,20 @@ func (g *graph) links(i int32, l int) []int32 {
 		o := int(i) * g.l0s
 		return g.l0[o+1 : o+1+int(g.l0[o]) : o+g.l0s]
 	}
-	return g.nodes[i].links[l]
+	o := int(g.upOff[i]) + (l-1)*g.ups
+	return g.up[o+1 : o+1+int(g.up[o]) : o+g.ups]
 }
 
-// setLinks replaces node i's neighbours on layer l (at most l0s-1 on layer 0).
+// setLinks replaces node i's neighbours on layer l (at most l0s-1 on layer
+// 0, ups-1 above).
 func (g *graph) setLinks(i int32, l int, ls []int32) {
 	if l == 0 {
 		o := int(i) * g.l0s
 		g.l0[o] = int32(copy(g.l0[o+1:o+g.l0s], ls))
 		return
 	}
-	g.nodes[i].links[l] = ls
+	o := int(g.upOff[i]) + (l-1)*g.ups
+	g.up[o] = int32(copy(g.up[o+1:o+g.ups], ls))
 }
 
 // appendNode adds n (with its level's link slots) and its per-node arrays.
@@ -335,6 +346,12 @@ func (g *graph) appendNode(n *node) int32 {
 	g.nodes = append(g.nodes, n)
 	g.l0 = append(g.l0, make([]int32, g.l0s)...)
 	g.dead = append(g.dead, false)
+	if level := len(n.links) - 1; level > 0 {
+		g.upOff = append(g.upOff, int32(len(g.up)))
+		g.up = append(g.up, make([]int32, level*g.ups)...)
+	} else {
+		g.upOff = append(g.upOff, -1)
+	}
 	g.appendQuant(n.vec)
 	return idx
 }
@@ -716,6 +733,9 @@ func (g *graph) reset(seed uint64, capacity int) {
 	g.l0s = 2*g.cfg.M + 1
 	g.l0 = make([]int32, 0, capacity*g.l0s)
 	g.dead = make([]bool, 0, capacity)
+	g.ups = g.cfg.M + 1
+	g.up = nil
+	g.upOff = make([]int32, 0, capacity)
 	if g.qdim > 0 {
 		g.qv = make([]int8, 0, capacity*g.qdim)
 		g.qs = make([]float32, 0, capacity)

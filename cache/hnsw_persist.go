@@ -197,19 +197,24 @@ func (h *HNSW) Load(r io.Reader) error {
 		if entry >= 0 && len(g.nodes[entry].links) != int(top)+1 {
 			return bad("namespace %q: entry level mismatch", ns)
 		}
-		// Layer 0 into the arena, its stride fitting the longest list (a
+		// Links into the arenas, their strides fitting the longest lists (a
 		// snapshot written with a larger M keeps its lists).
 		nodes := g.nodes
 		for _, n := range nodes {
 			g.l0s = max(g.l0s, len(n.links[0])+1)
+			for _, ls := range n.links[1:] {
+				g.ups = max(g.ups, len(ls)+1)
+			}
 		}
 		g.nodes = make([]*node, 0, len(nodes))
 		g.l0 = make([]int32, 0, len(nodes)*g.l0s)
 		for i, n := range nodes {
-			l0 := n.links[0]
-			n.links[0] = nil
+			lists := n.links
+			n.links = make([][]int32, len(lists))
 			g.appendNode(n)
-			g.setLinks(int32(i), 0, l0)
+			for l, ls := range lists {
+				g.setLinks(int32(i), l, ls)
+			}
 			g.dead[i] = dead[i]
 		}
 		// Levels of later inserts continue from a seed derived from the count.
