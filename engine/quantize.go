@@ -55,9 +55,3 @@ func QuantizeWeights(cfg Config, w *Weights, q string) (*Weights, error) {
 	}
 	return &out, nil
 }
-
-// Int8Weights reports whether w's projections are int8 (an int8 checkpoint
-// or QuantizeWeights' result).
-func Int8Weights(w *Weights) bool {
-	return w != nil && len(w.Layers) > 0 && w.Layers[0].Wq.DType == model.I8
-}

@@ -128,17 +128,6 @@ func argmax64(l []float64) int {
 	return best
 }
 
-// Argmax returns the index of the largest value (lowest index on ties).
-func Argmax(l []float32) int32 {
-	best := 0
-	for i, v := range l {
-		if v > l[best] {
-			best = i
-		}
-	}
-	return int32(best)
-}
-
 // SampleProbs draws from probs with the uniform number u in [0, 1): the
 // first token whose cumulative probability exceeds u (the last token with
 // nonzero probability if rounding leaves u beyond the total).
