@@ -7,6 +7,9 @@ import "math"
 func dotI8(a, b []int8) int32 {
 	var s int32
 	i := 0
+	if len(b) < len(a) { // the assembly below would read past b's length
+		panic("vecmath: DotI8 with len(b) < len(a)")
+	}
 	if useAVX2 && len(a) >= 32 {
 		s = dotI8AVX2(&a[0], &b[0], len(a))
 		i = len(a) &^ 31

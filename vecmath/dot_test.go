@@ -75,3 +75,15 @@ func TestQuantize(t *testing.T) {
 		t.Errorf("zero vector scale %v", s)
 	}
 }
+
+// A b shorter than a panics instead of the AVX2 kernel reading past b's
+// length (into its capacity, where a reslice would not catch it).
+func TestDotI8ShortPanics(t *testing.T) {
+	a, b := make([]int8, 64), make([]int8, 40, 64) // b's capacity would let a reslice pass
+	defer func() {
+		if recover() == nil {
+			t.Fatal("DotI8 with len(b) < len(a) did not panic")
+		}
+	}()
+	DotI8(a, b)
+}
