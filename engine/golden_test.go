@@ -132,14 +132,13 @@ func diagnoseInvFreq(m *Model, seq []int32, want []byte) string {
 	if !ok || (m.Config.DType != "float16" && m.Config.DType != "bfloat16") {
 		return ""
 	}
-	inv := be.InvFreq()
-	saved := append([]float32(nil), inv...)
-	defer copy(inv, saved)
-	for i, f := range inv {
+	saved := append([]float32(nil), be.invFreq...)
+	defer copy(be.invFreq, saved)
+	for i, f := range be.invFreq {
 		if m.Config.DType == "float16" {
-			inv[i] = safetensors.F16ToFloat32(safetensors.Float32ToF16(f))
+			be.invFreq[i] = safetensors.F16ToFloat32(safetensors.Float32ToF16(f))
 		} else {
-			inv[i] = safetensors.BF16ToFloat32(safetensors.Float32ToBF16(f))
+			be.invFreq[i] = safetensors.BF16ToFloat32(safetensors.Float32ToBF16(f))
 		}
 	}
 	s := m.NewSequence()

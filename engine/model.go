@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/specgate/specgate/engine/cpu"
 	"github.com/specgate/specgate/engine/model"
 	"github.com/specgate/specgate/tokenizer"
 )
@@ -93,7 +92,7 @@ func NewModel(cfg Config, w *Weights, opts LoadOptions) (*Model, error) {
 	nb := opts.NewBackend
 	if nb == nil {
 		nb = func(cfg Config, w *Weights, numSlots int) (Backend, error) {
-			return cpu.NewCPUBackend(cfg, w, numSlots, opts.Threads)
+			return NewCPUBackend(cfg, w, numSlots, opts.Threads)
 		}
 	}
 	be, err := nb(cfg, w, numBlocks*bs)

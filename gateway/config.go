@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/specgate/specgate/cache"
+	"github.com/specgate/specgate/serving"
 )
 
 // Config is the whole specgate configuration: one YAML file, then the
@@ -76,62 +77,16 @@ type Limits struct {
 	TokensPerMinute   int     `yaml:"tokens_per_minute"`
 }
 
-// ModelConfig is one local model.
-type ModelConfig struct {
-	Name        string            `yaml:"name"`
-	Path        string            `yaml:"path"`    // Hugging Face directory
-	Backend     string            `yaml:"backend"` // cpu|cuda|auto
-	Aliases     []string          `yaml:"aliases"`
-	Quantize    string            `yaml:"quantize"` // none|int8: int8 weight-only, per-row scales (engine.QuantizeWeights); an int8 checkpoint runs int8 either way
-	Draft       string            `yaml:"draft"`    // draft model directory (method draft) or Medusa heads (method medusa)
-	Speculative SpeculativeConfig `yaml:"speculative"`
-	KVBlocks    int               `yaml:"kv_blocks"` // 0 = engine default
-	MaxBatch    int               `yaml:"max_batch"` // 0 = engine default
-	// DefaultMaxTokens caps generation when a request gives no max_tokens
-	// (0 = up to the context length, as OpenAI does).
-	DefaultMaxTokens int `yaml:"default_max_tokens"`
-	// Drafts configures the model-free draft sources (issue #11).
-	Drafts DraftsConfig `yaml:"drafts"`
-}
+// ModelConfig is one local model: the `models:` section is owned by
+// package serving (its fields, defaults, validation and the loading it
+// configures).
+type ModelConfig = serving.ModelConfig
 
-// DraftsConfig configures a local model's model-free drafts: the tenant's
-// earlier answers and the prompt (suffix trees), a semantic-cache near
-// miss's answer and the client's `prediction`; every drafted token is
-// verified by the model.
-type DraftsConfig struct {
-	Enabled      *bool `yaml:"enabled"`       // default true
-	Answers      *bool `yaml:"answers"`       // the tenant's earlier answers; default true
-	PromptLookup *bool `yaml:"prompt_lookup"` // the request's own prompt; default true
-	// NearMissBand: cached answers with similarity >= band that are not
-	// hits become drafts; 0 = 0.35, negative = off.
-	NearMissBand float32 `yaml:"near_miss_band"`
-	MaxBytes     int64   `yaml:"max_bytes"` // memory for stored answers, all tenants (0 = 64 MiB)
-	Policy       string  `yaml:"policy"`    // their eviction policy (default lru)
-	Budget       int     `yaml:"budget"`    // most draft nodes verified per request and step (0 = 32)
-}
+// SpeculativeConfig is a model's `speculative:` section (serving).
+type SpeculativeConfig = serving.SpeculativeConfig
 
-// SpeculativeConfig selects the proposer.
-type SpeculativeConfig struct {
-	Method   string `yaml:"method"` // none|draft|medusa
-	K        int    `yaml:"k"`      // draft length (chain) or tree depth
-	Tree     string `yaml:"tree"`   // tree shape, e.g. "4,2,1" (branching per depth); medusa: package medusa's ParseTree
-	Adaptive bool   `yaml:"adaptive"`
-	// Heads is the Medusa heads directory (method medusa; default: draft).
-	Heads string `yaml:"heads"`
-	// VocabLimit restricts Medusa heads, or a draft model's LM head
-	// (speculative.Config.VocabLimit, token_frequency.json next to the
-	// draft or the target), to the most frequent tokens (0 = all).
-	VocabLimit int `yaml:"vocab_limit"`
-}
-
-// MedusaHeads is the Medusa heads directory of a model with method medusa:
-// speculative.heads, else draft.
-func (m ModelConfig) MedusaHeads() string {
-	if m.Speculative.Heads != "" {
-		return m.Speculative.Heads
-	}
-	return m.Draft
-}
+// DraftsConfig is a model's `drafts:` section (serving).
+type DraftsConfig = serving.DraftsConfig
 
 // UpstreamConfig is one OpenAI-compatible server the gateway fronts.
 type UpstreamConfig struct {
@@ -200,20 +155,7 @@ func (c *Config) applyDefaults() {
 		s.LogFormat = "json"
 	}
 	for i := range c.Models {
-		m := &c.Models[i]
-		if m.Backend == "" {
-			m.Backend = "auto"
-		}
-		if m.Speculative.Method == "" {
-			if m.Draft != "" {
-				m.Speculative.Method = "draft"
-			} else {
-				m.Speculative.Method = "none"
-			}
-		}
-		if m.Speculative.K == 0 && m.Speculative.Method != "none" {
-			m.Speculative.K = 4
-		}
+		c.Models[i].ApplyDefaults()
 	}
 	for i := range c.Upstreams {
 		u := &c.Upstreams[i]
@@ -338,8 +280,10 @@ func ParseAPIKeys(s string) ([]KeyConfig, error) {
 }
 
 // Validate checks cross-field rules and names the offending key. Each
-// section is checked by its owner: the server, models, upstreams and auth
-// sections here, the cache section by package cache.
+// section is checked by its owner: the server, upstreams and auth sections
+// here, the models section by package serving (names and aliases here:
+// they are unique across models and upstreams), the cache section by
+// package cache.
 func (c *Config) Validate() error {
 	if err := c.Server.validate(); err != nil {
 		return err
@@ -356,7 +300,7 @@ func (c *Config) Validate() error {
 		return nil
 	}
 	for i := range c.Models {
-		if err := c.Models[i].validate(fmt.Sprintf("models[%d]", i), claim); err != nil {
+		if err := validateModel(&c.Models[i], fmt.Sprintf("models[%d]", i), claim); err != nil {
 			return err
 		}
 	}
@@ -406,8 +350,9 @@ func (s *ServerConfig) validate() error {
 	return s.CORS.validate()
 }
 
-func (m *ModelConfig) validate(where string, claim func(name, where string) error) error {
-	bad := badConfig
+// validateModel claims the entry's name and aliases, then has package
+// serving check its values; the messages name the key under where.
+func validateModel(m *ModelConfig, where string, claim func(name, where string) error) error {
 	if err := claim(m.Name, where+".name"); err != nil {
 		return err
 	}
@@ -416,43 +361,8 @@ func (m *ModelConfig) validate(where string, claim func(name, where string) erro
 			return err
 		}
 	}
-	if m.Path == "" {
-		return bad("%s.path: required", where)
-	}
-	switch m.Backend {
-	case "cpu", "cuda", "auto":
-	default:
-		return bad("%s.backend %q: want cpu|cuda|auto", where, m.Backend)
-	}
-	switch m.Quantize { // engine.CheckQuantize's names
-	case "", "none", "int8":
-	default:
-		return bad("%s.quantize %q: want none|int8", where, m.Quantize)
-	}
-	switch m.Speculative.Method {
-	case "none":
-	case "draft":
-		if m.Draft == "" {
-			return bad("%s.draft: required for speculative.method %s", where, m.Speculative.Method)
-		}
-	case "medusa":
-		if m.MedusaHeads() == "" {
-			return bad("%s.speculative.heads: required for speculative.method medusa (the Medusa heads directory)", where)
-		}
-		if m.Speculative.VocabLimit < 0 {
-			return bad("%s.speculative.vocab_limit %d: must be >= 0", where, m.Speculative.VocabLimit)
-		}
-	default:
-		return bad("%s.speculative.method %q: want none|draft|medusa", where, m.Speculative.Method)
-	}
-	if m.Speculative.K < 0 || m.Speculative.K > 64 {
-		return bad("%s.speculative.k %d: must be in [0,64]", where, m.Speculative.K)
-	}
-	if m.DefaultMaxTokens < 0 {
-		return bad("%s.default_max_tokens %d: must be >= 0", where, m.DefaultMaxTokens)
-	}
-	if d := m.Drafts; d.NearMissBand > 1 || d.NearMissBand != d.NearMissBand || d.MaxBytes < 0 || d.Budget < 0 || d.Budget > 256 {
-		return bad("%s.drafts: near_miss_band %v must be <= 1, max_bytes %d >= 0, budget %d in [0,256]", where, d.NearMissBand, d.MaxBytes, d.Budget)
+	if err := m.Validate(where); err != nil {
+		return badConfig("%s", err.Error())
 	}
 	return nil
 }

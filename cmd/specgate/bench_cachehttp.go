@@ -354,7 +354,7 @@ func benchCacheHTTPSize(base *gateway.Config, models []*gateway.LocalModel, logg
 	cfg := *base
 	cfg.Server.DataDir = dataDir
 	reg := prometheus.NewRegistry()
-	c, emb, closeCache, err := buildCache(&cfg, reg, logger)
+	c, emb, closeCache, err := gateway.OpenCache(&cfg, reg, logger)
 	if err != nil {
 		return nil, err
 	}

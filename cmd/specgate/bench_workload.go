@@ -23,6 +23,7 @@ import (
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/cuda"
 	"github.com/specgate/specgate/gateway"
+	"github.com/specgate/specgate/serving"
 )
 
 func init() {
@@ -435,7 +436,8 @@ func wlServer(dir, name, backend string, maxDraft int, fixed bool) (string, func
 		return "", nil, err
 	}
 	mc := gateway.ModelConfig{Name: name, Path: dir}
-	drafts, err := modelDrafts(mc, nil, &eo)
+	ds, err := serving.ModelDrafts(mc, nil, &eo)
+	drafts := gateway.NewDrafts(ds)
 	if err != nil {
 		return "", nil, err
 	}

@@ -84,7 +84,7 @@ func configCheck(path string, getenv func(string) string) error {
 			if m.Speculative.Method == "medusa" {
 				dir = m.MedusaHeads()
 			}
-			s += " (" + m.Speculative.Method + " " + dir + ")"
+			s += " (" + m.Speculative.Method + " " + dir + ", " + strings.TrimPrefix(m.Speculative.Mode(), m.Speculative.Method+" ") + ")"
 		}
 		models = append(models, s)
 	}

@@ -66,7 +66,7 @@ func TestBuildCacheHungRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs lockedBuffer
-	c, _, closeAll, err := buildCache(cfg, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(&logs, nil)))
+	c, _, closeAll, err := gateway.OpenCache(cfg, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,7 +115,7 @@ func TestBuildCacheRedis(t *testing.T) {
 	tenant := fmt.Sprintf("serve-test-%d", time.Now().UnixNano())
 	req := &cache.Request{Tenant: tenant, Model: "m", Messages: []cache.Message{{Role: "user", Content: "what does ephemeral mean"}}}
 	reg1 := prometheus.NewRegistry()
-	c1, _, close1, err := buildCache(cfg, reg1, log)
+	c1, _, close1, err := gateway.OpenCache(cfg, reg1, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestBuildCacheRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	close1()
-	c2, _, close2, err := buildCache(cfg, prometheus.NewRegistry(), log)
+	c2, _, close2, err := gateway.OpenCache(cfg, prometheus.NewRegistry(), log)
 	if err != nil {
 		t.Fatal(err)
 	}

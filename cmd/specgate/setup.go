@@ -361,3 +361,7 @@ func loadingProgress(w io.Writer, cfg *gateway.Config) func(error) {
 		}
 	}
 }
+
+// milvusSupport reports why cache.index milvus cannot be used (nil: this
+// binary was built with -tags milvus).
+func milvusSupport() error { return gateway.MilvusSupport() }

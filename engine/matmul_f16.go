@@ -1,4 +1,4 @@
-package cpu
+package engine
 
 import "github.com/specgate/specgate/safetensors"
 

@@ -1,6 +1,6 @@
 //go:build milvus
 
-package main
+package gateway
 
 import (
 	"context"
@@ -12,9 +12,9 @@ import (
 	"github.com/specgate/specgate/cache/milvusstore"
 )
 
-// milvusSupport reports why cache.index milvus cannot be used (nil: it can;
+// MilvusSupport reports why cache.index milvus cannot be used (nil: it can;
 // this binary was built with -tags milvus).
-func milvusSupport() error { return nil }
+func MilvusSupport() error { return nil }
 
 // dialMilvus connects the Milvus vector index of cache.index milvus.
 func dialMilvus(addr, collection string, dim int) (cache.VectorIndex, func(), error) {

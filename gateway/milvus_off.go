@@ -1,6 +1,6 @@
 //go:build !milvus
 
-package main
+package gateway
 
 import (
 	"errors"
@@ -19,5 +19,5 @@ func dialMilvus(addr, collection string, dim int) (cache.VectorIndex, func(), er
 	return nil, nil, errNoMilvus
 }
 
-// milvusSupport reports why cache.index milvus cannot be used.
-func milvusSupport() error { return errNoMilvus }
+// MilvusSupport reports why cache.index milvus cannot be used.
+func MilvusSupport() error { return errNoMilvus }

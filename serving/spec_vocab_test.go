@@ -1,29 +1,28 @@
-package main
+package serving
 
 import (
 	"testing"
 
 	"github.com/specgate/specgate/engine"
-	"github.com/specgate/specgate/gateway"
 	"github.com/specgate/specgate/speculative"
 )
 
-// TestSpeculativeConfigVocabLimit: serve's `speculative: {method: draft,
+// TestSpeculativeConfigVocabLimit: the config's `speculative: {method: draft,
 // vocab_limit: N}` reaches the draft proposer, which finds the shipped
 // target's token frequencies next to it; 0 keeps the whole vocabulary.
 func TestSpeculativeConfigVocabLimit(t *testing.T) {
-	target, err := engine.Load("../../models/specgate-target", engine.LoadOptions{KVTokens: 256})
+	target, err := engine.Load("../models/specgate-target", engine.LoadOptions{KVTokens: 256})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer target.Close()
-	draft, err := engine.Load("../../models/specgate-draft", engine.LoadOptions{KVTokens: 256})
+	draft, err := engine.Load("../models/specgate-draft", engine.LoadOptions{KVTokens: 256})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer draft.Close()
 	for _, limit := range []int{0, 1024} {
-		sc, err := speculativeConfig(gateway.SpeculativeConfig{K: 2, Adaptive: true, VocabLimit: limit})
+		sc, err := SpecConfig(SpeculativeConfig{K: 2, VocabLimit: limit})
 		if err != nil {
 			t.Fatal(err)
 		}

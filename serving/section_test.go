@@ -1,0 +1,73 @@
+package serving
+
+import (
+	"bytes"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/speculative"
+)
+
+// TestAdaptiveIsTheDefault: a `speculative:` section without `adaptive`
+// gets the engine's adaptive budget, for method draft (the draft
+// proposer's engine options: FixedDraft false) as for medusa; only
+// `adaptive: false` asks for the fixed chain every step.
+func TestAdaptiveIsTheDefault(t *testing.T) {
+	target, err := engine.Load("../models/specgate-target", engine.LoadOptions{KVTokens: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	draft, err := engine.Load("../models/specgate-draft", engine.LoadOptions{KVTokens: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer draft.Close()
+	for _, c := range []struct {
+		yaml      string
+		mode      string
+		wantFixed bool
+	}{
+		{"name: m\npath: t\ndraft: d\n", "draft adaptive", false},
+		{"name: m\npath: t\ndraft: d\nspeculative: {method: draft, k: 3}\n", "draft adaptive", false},
+		{"name: m\npath: t\ndraft: d\nspeculative: {adaptive: true}\n", "draft adaptive", false},
+		{"name: m\npath: t\ndraft: d\nspeculative: {adaptive: false}\n", "draft fixed", true},
+		{"name: m\npath: t\nspeculative: {method: medusa, heads: h}\n", "medusa adaptive", false},
+		{"name: m\npath: t\nspeculative: {method: medusa, heads: h, adaptive: false}\n", "medusa fixed", true},
+		{"name: m\npath: t\n", "none", false},
+	} {
+		var mc ModelConfig
+		dec := yaml.NewDecoder(bytes.NewReader([]byte(c.yaml)))
+		dec.KnownFields(true)
+		if err := dec.Decode(&mc); err != nil {
+			t.Fatalf("%q: %v", c.yaml, err)
+		}
+		mc.ApplyDefaults()
+		if err := mc.Validate("models[0]"); err != nil {
+			t.Fatalf("%q: %v", c.yaml, err)
+		}
+		if got := mc.Speculative.Mode(); got != c.mode {
+			t.Errorf("%q: mode %q, want %q", c.yaml, got, c.mode)
+		}
+		if mc.Speculative.Method != "draft" {
+			if got := !mc.Speculative.IsAdaptive(); c.mode != "none" && got != c.wantFixed {
+				t.Errorf("%q: fixed = %v, want %v", c.yaml, got, c.wantFixed)
+			}
+			continue
+		}
+		sc, err := SpecConfig(mc.Speculative)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := speculative.NewDraft(target, draft, sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if eo := d.EngineOptions(engine.Options{}); eo.FixedDraft != c.wantFixed || eo.MaxDraft < mc.Speculative.K {
+			t.Errorf("%q: engine options FixedDraft %v MaxDraft %d, want FixedDraft %v and MaxDraft >= k %d",
+				c.yaml, eo.FixedDraft, eo.MaxDraft, c.wantFixed, mc.Speculative.K)
+		}
+	}
+}
