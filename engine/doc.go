@@ -8,8 +8,9 @@
 //     Weights (typed tensors of engine/model: F32, F16, BF16 as stored, I8
 //     with per-row scales; [out][in] row-major like nn.Linear; every
 //     tensor's shape checked against the architecture), Load, NewRandomModel.
-//   - Backend (api.go): one batched forward over ForwardRequests, with the KV
-//     cache in backend memory addressed by slots. CPUBackend is the pure-Go
+//   - Backend: one batched forward over ForwardRequests, with the KV
+//     cache in backend memory addressed by slots (the contract: package
+//     engine/backend). CPUBackend (package engine/cpu) is the pure-Go
 //     float32 reference: HF's RMSNorm, RoPE (rotate_half; default, linear and
 //     llama3 inv_freq), GQA, SwiGLU; matmuls are cache-blocked (a T-token
 //     forward reads the weights once), parallel over output rows on a

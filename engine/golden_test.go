@@ -132,13 +132,14 @@ func diagnoseInvFreq(m *Model, seq []int32, want []byte) string {
 	if !ok || (m.Config.DType != "float16" && m.Config.DType != "bfloat16") {
 		return ""
 	}
-	saved := append([]float32(nil), be.invFreq...)
-	defer copy(be.invFreq, saved)
-	for i, f := range be.invFreq {
+	inv := be.InvFreq()
+	saved := append([]float32(nil), inv...)
+	defer copy(inv, saved)
+	for i, f := range inv {
 		if m.Config.DType == "float16" {
-			be.invFreq[i] = safetensors.F16ToFloat32(safetensors.Float32ToF16(f))
+			inv[i] = safetensors.F16ToFloat32(safetensors.Float32ToF16(f))
 		} else {
-			be.invFreq[i] = safetensors.BF16ToFloat32(safetensors.Float32ToBF16(f))
+			inv[i] = safetensors.BF16ToFloat32(safetensors.Float32ToBF16(f))
 		}
 	}
 	s := m.NewSequence()

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/specgate/specgate/engine/cpu"
 	"github.com/specgate/specgate/engine/model"
 	"github.com/specgate/specgate/tokenizer"
 )
@@ -92,7 +93,7 @@ func NewModel(cfg Config, w *Weights, opts LoadOptions) (*Model, error) {
 	nb := opts.NewBackend
 	if nb == nil {
 		nb = func(cfg Config, w *Weights, numSlots int) (Backend, error) {
-			return NewCPUBackend(cfg, w, numSlots, opts.Threads)
+			return cpu.NewCPUBackend(cfg, w, numSlots, opts.Threads)
 		}
 	}
 	be, err := nb(cfg, w, numBlocks*bs)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/specgate/specgate/engine/cpu"
 	"github.com/specgate/specgate/tokenizer"
 )
 
@@ -27,7 +28,7 @@ func TestShippedModelGenerate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if cpu, ok := m.Backend().(*CPUBackend); ok && useAVX2 && hasF16C && !cpu.HalfWeights() {
+	if be, ok := m.Backend().(*CPUBackend); ok && cpu.HalfCapable() && !be.HalfWeights() {
 		t.Error("shipped fp16 target: CPU backend does not stream binary16 weights")
 	}
 	e := New(m, Options{})

@@ -111,7 +111,6 @@ type chatAssembler struct {
 	created   int64
 	choices   map[int]*assembledChoice
 	usage     *Usage
-	events    int
 	size      int // content bytes so far, bounded by maxUpstreamBody
 	bad       bool
 }
@@ -147,7 +146,6 @@ func (a *chatAssembler) add(data []byte) {
 		a.bad = true
 		return
 	}
-	a.events++
 	if a.id == "" {
 		a.id, a.model, a.created = ch.ID, ch.Model, ch.Created
 	}
@@ -205,11 +203,15 @@ func (a *chatAssembler) add(data []byte) {
 	}
 }
 
-// body returns the assembled chat completion and its cost (completion
-// tokens: the usage's, else one per content event); ok is false when the
-// stream is not cacheable or incomplete (a choice without finish_reason).
+// body returns the assembled chat completion and its cost (the usage's
+// completion tokens); ok is false when the stream is not cacheable,
+// incomplete (a choice without finish_reason) or came without usage (the
+// client did not ask for stream_options.include_usage): a JSON request
+// served from the entry, or a follower of the flight, must get the answer's
+// usage, not "usage": null, and the gateway has no tokenizer for an
+// upstream's model to count it.
 func (a *chatAssembler) body() ([]byte, float64, bool) {
-	if a.bad || len(a.choices) == 0 {
+	if a.bad || len(a.choices) == 0 || a.usage == nil {
 		return nil, 0, false
 	}
 	idx := make([]int, 0, len(a.choices))
@@ -231,11 +233,7 @@ func (a *chatAssembler) body() ([]byte, float64, bool) {
 	if err != nil {
 		return nil, 0, false
 	}
-	cost := float64(a.events)
-	if a.usage != nil {
-		cost = float64(a.usage.CompletionTokens)
-	}
-	return b, cost, true
+	return b, float64(a.usage.CompletionTokens), true
 }
 
 // plainChat reports whether a stored answer is a chat completion whose

@@ -50,6 +50,9 @@ func (u *sseUpstream) handler(w http.ResponseWriter, r *http.Request) {
 		}
 		chunk(`{}`, `"stop"`)
 	}
+	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage != nil && *req.StreamOptions.IncludeUsage {
+		fmt.Fprint(w, "data: {\"id\":\"chatcmpl-up\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4,\"total_tokens\":7}}\n\n")
+	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
 }
 
@@ -81,8 +84,12 @@ func TestUpstreamStreamTeedIntoCache(t *testing.T) {
 	}
 	ts := startServer(t, Options{Config: cfg, Cache: newTestCache(t)})
 	url := ts.URL + "/v1/chat/completions"
+	// Streams ask for usage: only those are stored (TestUpstreamStreamWithoutUsageNotStored).
 	req := func(q string, stream bool) string {
-		return fmt.Sprintf(`{"model":"up","temperature":0,"stream":%v,"messages":[{"role":"user","content":%q}]}`, stream, q)
+		if stream {
+			return fmt.Sprintf(`{"model":"up","temperature":0,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":%q}]}`, q)
+		}
+		return fmt.Sprintf(`{"model":"up","temperature":0,"stream":false,"messages":[{"role":"user","content":%q}]}`, q)
 	}
 	const want = `Serendipity is luck in "finding" things.`
 
@@ -95,7 +102,8 @@ func TestUpstreamStreamTeedIntoCache(t *testing.T) {
 		t.Fatalf("repeated stream: %d %q %q", r.status, r.xcache, r.body)
 	}
 	r = post(t, url, "", req("What is serendipity?", false), nil)
-	if got, _ := chatContent(t, r.body); r.status != 200 || r.xcache != "HIT-EXACT" || got != want {
+	if got, u := chatContent(t, r.body); r.status != 200 || r.xcache != "HIT-EXACT" || got != want ||
+		u == nil || u.PromptTokens != 3 || u.CompletionTokens != 4 || u.TotalTokens != 7 {
 		t.Fatalf("JSON after the stream: %d %q %q", r.status, r.xcache, r.body)
 	}
 	if n := u.calls.Load(); n != 1 {
@@ -182,6 +190,45 @@ func TestUpstreamStreamTeedIntoCache(t *testing.T) {
 	r = post(t, url, "", req("use a tool", true), nil)
 	if r.status != 200 || r.xcache != "BYPASS" || !strings.Contains(string(r.body), `"tool_calls"`) {
 		t.Fatalf("stream after a tool-call JSON answer: %d %q %q", r.status, r.xcache, r.body)
+	}
+}
+
+// A stream without stream_options.include_usage carries no usage, so its
+// answer is relayed but not stored: a JSON request must never get a
+// chat.completion with "usage": null from the cache (before: the second
+// stream and the JSON request were HIT-EXACT, the JSON one with usage null).
+func TestUpstreamStreamWithoutUsageNotStored(t *testing.T) {
+	u := &sseUpstream{}
+	up := httptest.NewServer(http.HandlerFunc(u.handler))
+	defer up.Close()
+	cfg := DefaultConfig()
+	cfg.Upstreams = []UpstreamConfig{{Name: "u", BaseURL: up.URL + "/v1", Models: []string{"up"}}}
+	if err := cfg.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, Options{Config: cfg, Cache: newTestCache(t)})
+	url := ts.URL + "/v1/chat/completions"
+	const q = `"messages":[{"role":"user","content":"What is serendipity?"}]}`
+	for i := 0; i < 2; i++ {
+		r := post(t, url, "", `{"model":"up","temperature":0,"stream":true,`+q, nil)
+		t.Logf("stream %d without usage: %s", i, r.xcache)
+		if r.status != 200 || r.xcache != "MISS" || sseContent(t, r.body) != `Serendipity is luck in "finding" things.` {
+			t.Errorf("stream %d without usage: %d %q %q", i, r.status, r.xcache, r.body)
+		}
+	}
+	r := post(t, url, "", `{"model":"up","temperature":0,`+q, nil)
+	got, usage := chatContent(t, r.body)
+	t.Logf("JSON after them: %s %s", r.xcache, r.body)
+	if r.status != 200 || r.xcache != "MISS" || got != "json answer" || usage == nil || usage.TotalTokens != 5 {
+		t.Errorf("JSON after streams without usage: %d %q %s", r.status, r.xcache, r.body)
+	}
+	if c := u.calls.Load(); c != 3 {
+		t.Errorf("%d upstream calls, want 3 (nothing stored from the streams)", c)
+	}
+	// The JSON answer (with usage) is stored and serves the stream.
+	r = post(t, url, "", `{"model":"up","temperature":0,"stream":true,`+q, nil)
+	if r.status != 200 || r.xcache != "HIT-EXACT" || sseContent(t, r.body) != "json answer" {
+		t.Errorf("stream after the JSON answer: %d %q %q", r.status, r.xcache, r.body)
 	}
 }
 

@@ -2,7 +2,11 @@ package gateway
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"hash"
 	"strings"
 
 	"github.com/specgate/specgate/cache"
@@ -27,9 +31,12 @@ import (
 //     parts joined by "\n"; null or absent: "";
 //   - whatever else makes a message what it is (the parts other than text,
 //     such as images, tool_calls, name, tool_call_id) is kept as compact
-//     JSON in extra, which the cache key includes: two requests that differ
-//     only in an image never share an entry. Local models reject such
-//     messages.
+//     JSON in extra. The key messages carry it, and the extras of the
+//     earlier turns (with tool results' text) are hashed into the namespace
+//     (contextHash), because under the default key_mode last-user the entry
+//     key is the last user message only: two requests that differ only in
+//     an image, or in an earlier tool call or tool result, never share an
+//     entry. Local models reject such messages.
 
 // chatMsg is one normalised message.
 type chatMsg struct {
@@ -141,4 +148,66 @@ func cacheMessages(n []chatMsg) (system string, msgs []cache.Message) {
 		msgs = append(msgs, cache.Message{Role: m.role, Content: text})
 	}
 	return strings.Join(sys, "\n"), msgs
+}
+
+// contextParam is the namespace parameter that carries contextHash. The
+// name "messages" cannot collide with a request field: the proxy keeps the
+// messages out of its parameters (upstreamCacheRequest), and the local
+// parameters are named by commonCacheParams.
+const contextParam = "messages"
+
+// contextHash hashes what the cache key may not see of the earlier turns:
+// with the cache's default key_mode last-user the entry key is the last
+// user message only (cache.KeyText), so two conversations that differ only
+// in an earlier assistant's tool_calls, a tool result or a name would share
+// an entry. Every non-system message but the last user one contributes its
+// position, role and extra JSON, and a tool (or legacy function) message its
+// text too; earlier plain text does not (last-user mode's choice: a
+// rephrased history still hits). "" when no such message has anything to
+// add, so plain conversations keep their namespace. Under key_mode
+// conversation every message is in the key already and the hash only
+// repeats it.
+func contextHash(n []chatMsg) string {
+	last := -1
+	for i := len(n) - 1; i >= 0; i-- {
+		if n[i].role == "user" {
+			last = i
+			break
+		}
+	}
+	var h hash.Hash
+	for i, m := range n {
+		if i == last || m.role == "system" {
+			continue
+		}
+		tool := m.role == "tool" || m.role == "function"
+		if m.extra == "" && !tool {
+			continue
+		}
+		if h == nil {
+			h = sha256.New()
+		}
+		fmt.Fprintf(h, "%d\x00%s\x00%s\x00", i, m.role, m.extra)
+		if tool {
+			h.Write([]byte(m.text))
+		}
+		h.Write([]byte{0})
+	}
+	if h == nil {
+		return ""
+	}
+	return "ctx:" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// setCacheMessages fills the cache request's system text, key messages and
+// (when the earlier turns carry tool calls, tool results or names) their
+// hash in the namespace parameters.
+func setCacheMessages(cr *cache.Request, n []chatMsg) {
+	cr.System, cr.Messages = cacheMessages(n)
+	if c := contextHash(n); c != "" {
+		if cr.Params == nil {
+			cr.Params = map[string]string{}
+		}
+		cr.Params[contextParam] = c
+	}
 }

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/specgate/specgate/cache"
@@ -159,8 +161,9 @@ func TestNormalisationConsumersAgree(t *testing.T) {
 	}
 
 	// Upstreams take what local models reject: non-text parts and tool
-	// calls are part of the key, so requests that differ only there do not
-	// share an entry.
+	// calls are part of the key messages (which key_mode last-user reduces
+	// to the last user message: TestEarlierToolTurnsSeparateEntries checks
+	// the entries themselves).
 	keyOf := func(messages string) []cache.Message {
 		body := `{"model":"up","temperature":0,"messages":` + messages + `}`
 		if r := post(t, ts.URL+"/v1/chat/completions", "", body, nil); r.status != 200 {
@@ -187,6 +190,57 @@ func TestNormalisationConsumersAgree(t *testing.T) {
 	} else if x[1].Content != `
 {"tool_calls":[{"id":"c1","type":"function","function":{"name":"w","arguments":"{}"}}]}` || x[2].Content != "sunny\n"+`{"tool_call_id":"c1"}` {
 		t.Errorf("tool call key %q", x)
+	}
+}
+
+// Under the default key_mode last-user the entry key is the last user
+// message only, so a conversation whose earlier turns carry tool calls, tool
+// results or names must get its own entry through the namespace
+// (contextHash): it is never answered from an entry made without them or
+// with other ones. Earlier plain text still shares (last-user's choice).
+// Before contextHash every request below after the first was a HIT-EXACT of
+// the first one's entry.
+func TestEarlierToolTurnsSeparateEntries(t *testing.T) {
+	var calls atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		n := calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"x","object":"chat.completion","created":1,"model":"up","choices":[{"index":0,"message":{"role":"assistant","content":"answer %d"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`, n)
+	}))
+	defer up.Close()
+	cfg := DefaultConfig()
+	cfg.Upstreams = []UpstreamConfig{{Name: "u", BaseURL: up.URL + "/v1", Models: []string{"up"}}}
+	if err := cfg.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	if m := cache.DefaultConfig().KeyMode; m != "" && m != cache.KeyLastUser {
+		t.Fatalf("default key mode %q; this test is about last-user", m)
+	}
+	ts := startServer(t, Options{Config: cfg, Cache: newTestCache(t)})
+	call := func(args, result, name string) string {
+		return `[{"role":"user","content":"weather?"` + name + `},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"w","arguments":"` + args + `"}}]},{"role":"tool","tool_call_id":"c1","content":"` + result + `"},{"role":"user","content":"and tomorrow?"}]`
+	}
+	for i, tc := range []struct {
+		name, messages, xcache string
+		answer                 int // the upstream call whose answer comes back
+	}{
+		{"plain", `[{"role":"user","content":"and tomorrow?"}]`, "MISS", 1},
+		{"earlier plain text shares", `[{"role":"user","content":"hello"},{"role":"assistant","content":"hi"},{"role":"user","content":"and tomorrow?"}]`, "HIT-EXACT", 1},
+		{"tool turns: not the plain entry", call(`{}`, "sunny", ""), "MISS", 2},
+		{"same tool turns again", call(`{}`, "sunny", ""), "HIT-EXACT", 2},
+		{"other tool call arguments", call(`{\"d\":1}`, "sunny", ""), "MISS", 3},
+		{"other tool result", call(`{}`, "rainy", ""), "MISS", 4},
+		{"a name on an earlier message", call(`{}`, "sunny", `,"name":"bob"`), "MISS", 5},
+		{"tool result again", call(`{}`, "rainy", ""), "HIT-EXACT", 4},
+	} {
+		body := `{"model":"up","temperature":0,"messages":` + tc.messages + `}`
+		r := post(t, ts.URL+"/v1/chat/completions", "", body, nil)
+		got, _ := chatContent(t, r.body)
+		t.Logf("%d %s: %s %q", i, tc.name, r.xcache, got)
+		if r.status != 200 || r.xcache != tc.xcache || got != fmt.Sprintf("answer %d", tc.answer) {
+			t.Errorf("%s: status %d, X-Cache %s, answer %q; want %s, \"answer %d\"", tc.name, r.status, r.xcache, got, tc.xcache, tc.answer)
+		}
 	}
 }
 

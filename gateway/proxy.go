@@ -523,6 +523,6 @@ func upstreamCacheRequest(c *fiber.Ctx, body []byte, model string, req *ChatComp
 			}
 		}
 	}
-	cr.System, cr.Messages = cacheMessages(normalizeChat(req.Messages))
+	setCacheMessages(cr, normalizeChat(req.Messages))
 	return cr
 }

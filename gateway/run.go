@@ -36,7 +36,7 @@ func (s *Server) chatCacheRequest(c *fiber.Ctx, r *ChatCompletionRequest, j *job
 	cr := &cache.Request{Tenant: tenantOf(c), Model: r.Model, Stream: j.stream, NoCache: noCache, NoStore: noStore,
 		Temperature: float64(j.gen.Sampling.Temperature), Params: commonCacheParams(j)}
 	cr.Params["endpoint"] = "chat"
-	cr.System, cr.Messages = cacheMessages(j.chat)
+	setCacheMessages(cr, j.chat)
 	return cr
 }
 

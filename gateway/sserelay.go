@@ -12,7 +12,7 @@ import (
 // localReservation holds a proxied request's *reservation.
 const localReservation = "specgate.reservation"
 
-// maxSSEEvent bounds one upstream stream event.
+// maxSSEEvent bounds one upstream stream event (all its lines together).
 const maxSSEEvent = 8 << 20
 
 // relayResult is what relaySSE saw.
@@ -38,11 +38,13 @@ func relaySSE(w *bufio.Writer, r io.Reader, tee func(data []byte)) relayResult {
 	for {
 		line, err := br.ReadSlice('\n')
 		ev = append(ev, line...)
+		// Bounded after every append: an event grows by long lines (the
+		// reader's buffer overflowing) and by many short lines alike.
+		if len(ev) > maxSSEEvent {
+			res.err = fmt.Errorf("stream event exceeds %d bytes", maxSSEEvent)
+			return res
+		}
 		if errors.Is(err, bufio.ErrBufferFull) {
-			if len(ev) > maxSSEEvent {
-				res.err = fmt.Errorf("stream event exceeds %d bytes", maxSSEEvent)
-				return res
-			}
 			continue
 		}
 		if err == nil && len(bytes.TrimRight(line, "\r\n")) == 0 {

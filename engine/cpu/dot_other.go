@@ -1,6 +1,6 @@
 //go:build !amd64
 
-package engine
+package cpu
 
 // Off amd64 the portable kernels run; the assembly entry points below are
 // never called (useAVX2 is false).

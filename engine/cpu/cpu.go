@@ -1,10 +1,11 @@
-package engine
+package cpu
 
 import (
 	"fmt"
 	"math"
 	"runtime"
 
+	"github.com/specgate/specgate/engine/backend"
 	"github.com/specgate/specgate/engine/model"
 )
 
@@ -16,8 +17,8 @@ import (
 // results bit for bit, half the memory traffic per token.
 // Not safe for concurrent Forward calls (Model serializes them).
 type CPUBackend struct {
-	cfg      Config
-	w        *Weights
+	cfg      model.Config
+	w        *model.Weights
 	embed    model.Tensor // w.Embed, rows widened per token
 	norm     []float32    // w.Norm as float32
 	numSlots int
@@ -43,18 +44,18 @@ type cpuScratch struct {
 	toks, pos, slots                  []int32
 }
 
-var _ Backend = (*CPUBackend)(nil)
+var _ backend.Backend = (*CPUBackend)(nil)
 
 // NewCPUBackend allocates KV memory for numSlots slots. threads <= 0 means GOMAXPROCS.
-func NewCPUBackend(cfg Config, w *Weights, numSlots, threads int) (*CPUBackend, error) {
+func NewCPUBackend(cfg model.Config, w *model.Weights, numSlots, threads int) (*CPUBackend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := checkWeights(cfg, w); err != nil {
+	if err := model.Check(cfg, w); err != nil {
 		return nil, err
 	}
 	if numSlots <= 0 {
-		return nil, fmt.Errorf("engine: CPU backend: %d KV slots: %w", numSlots, ErrBadConfig)
+		return nil, fmt.Errorf("engine: CPU backend: %d KV slots: %w", numSlots, model.ErrBadConfig)
 	}
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
@@ -89,7 +90,7 @@ func (b *CPUBackend) setWeights(half bool) {
 		half = half && exact(w.LMHead)
 	}
 	lmHead := w.LMHead
-	if Int8Weights(w) && lmHead.DType != model.I8 {
+	if backend.Int8Weights(w) && lmHead.DType != model.I8 {
 		lmHead = lmHead.To(model.I8) // tied: project with an int8 copy, as the CUDA backend does
 	}
 	b.layers = make([]cpuLayer, len(w.Layers))
@@ -108,6 +109,14 @@ func (b *CPUBackend) setWeights(half bool) {
 
 // HalfWeights reports whether the backend streams binary16 weight copies.
 func (b *CPUBackend) HalfWeights() bool { return b.lmHead.h != nil }
+
+// HalfCapable reports whether this CPU has the kernels that stream binary16
+// weight copies (AVX2, FMA and F16C): an fp16 checkpoint then gets them.
+func HalfCapable() bool { return useAVX2 && hasF16C }
+
+// InvFreq returns the rotary inverse frequencies the backend uses (aliasing
+// its memory: a diagnostic may change them between forwards).
+func (b *CPUBackend) InvFreq() []float32 { return b.invFreq }
 
 // Close drops the KV memory.
 func (b *CPUBackend) Close() error {
@@ -147,7 +156,7 @@ func (b *CPUBackend) CopySlots(src, dst []int32) error {
 // RopeInvFreq returns the rotary inverse frequencies of cfg ([HeadDim/2]),
 // including linear or llama3 scaling, as HF transformers computes them
 // (ROPE_INIT_FUNCTIONS), rounded to float32.
-func RopeInvFreq(cfg Config) []float32 {
+func RopeInvFreq(cfg model.Config) []float32 {
 	half := cfg.HeadDim / 2
 	out := make([]float32, half)
 	r := cfg.RopeScaling
@@ -156,9 +165,9 @@ func RopeInvFreq(cfg Config) []float32 {
 		expo := float32(float32(2*i) / float32(cfg.HeadDim))
 		f := float64(float32(1 / float32(math.Pow(cfg.RopeTheta, float64(expo)))))
 		switch r.Type {
-		case RopeLinear:
+		case model.RopeLinear:
 			f = float64(float32(f / r.Factor))
-		case RopeLlama3:
+		case model.RopeLlama3:
 			lowWav := float64(r.OriginalMaxPositions) / r.LowFreqFactor
 			highWav := float64(r.OriginalMaxPositions) / r.HighFreqFactor
 			wav := 2 * math.Pi / f
@@ -243,8 +252,8 @@ func grow(b []float32, n int) []float32 {
 }
 
 // validate checks one request against the backend's limits.
-func (b *CPUBackend) validate(i int, r *ForwardRequest) error {
-	return ValidateRequest(b.cfg, b.numSlots, i, r)
+func (b *CPUBackend) validate(i int, r *backend.ForwardRequest) error {
+	return backend.ValidateRequest(b.cfg, b.numSlots, i, r)
 }
 
 // DecodeGreedy implements GreedyStepper with one Forward per step (the
@@ -257,22 +266,22 @@ func (b *CPUBackend) DecodeGreedy(token, pos int32, cached, slots []int32, out [
 	ctx := append([]int32(nil), cached...)
 	logits := make([]float32, b.cfg.VocabSize)
 	for i, s := range slots {
-		r := &ForwardRequest{CachedSlots: ctx, Tokens: []int32{token}, Positions: []int32{pos + int32(i)},
+		r := &backend.ForwardRequest{CachedSlots: ctx, Tokens: []int32{token}, Positions: []int32{pos + int32(i)},
 			Slots: []int32{s}, Logits: logits}
-		if err := b.Forward([]*ForwardRequest{r}); err != nil {
+		if err := b.Forward([]*backend.ForwardRequest{r}); err != nil {
 			return err
 		}
-		token = Argmax(r.Logits)
+		token = backend.Argmax(r.Logits)
 		out[i] = token
 		ctx = append(ctx, s)
 	}
 	return nil
 }
 
-var _ GreedyStepper = (*CPUBackend)(nil)
+var _ backend.GreedyStepper = (*CPUBackend)(nil)
 
 // Forward runs one batched forward (see Backend).
-func (b *CPUBackend) Forward(reqs []*ForwardRequest) error {
+func (b *CPUBackend) Forward(reqs []*backend.ForwardRequest) error {
 	cfg := b.cfg
 	T := 0
 	for i, r := range reqs {
@@ -404,7 +413,7 @@ type attnPlan struct {
 	keys [][]int32
 }
 
-func (b *CPUBackend) buildAttention(reqs []*ForwardRequest) attnPlan {
+func (b *CPUBackend) buildAttention(reqs []*backend.ForwardRequest) attnPlan {
 	var p attnPlan
 	for _, r := range reqs {
 		c := len(r.CachedSlots)

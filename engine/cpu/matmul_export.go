@@ -1,4 +1,4 @@
-package engine
+package cpu
 
 // Mat is a weight matrix prepared for the CPU backend's matmul, for the
 // small extra projections of proposers that run beside the target (Medusa

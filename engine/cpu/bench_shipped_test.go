@@ -1,0 +1,136 @@
+package cpu
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/specgate/specgate/engine/backend"
+	"github.com/specgate/specgate/engine/model"
+)
+
+// cpuTime is the process's user+system CPU time so far. On a shared,
+// overloaded machine wall time per op mostly measures the CPU share the
+// benchmark got; CPU time per op measures the work.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkMatmulHalfT: the LM-head matmul of the shipped target's shape
+// (8192×384, binary16 weights: 6 MiB, more than L2) for T = 1, 2, 4, 8
+// tokens on GOMAXPROCS threads: with the weights streamed once per call,
+// cpu-ns/op grows with T only by the FMA work, not by weight traffic.
+func BenchmarkMatmulHalfT(b *testing.B) {
+	const in, out = 384, 8192
+	w := make([]float32, in*out)
+	for i := range w {
+		w[i] = float32(i%13-6) * 0.125
+	}
+	wm := newWmat(w, out, in, true)
+	for _, T := range []int{1, 2, 4, 8} {
+		b.Run(fmt.Sprint(T), func(b *testing.B) {
+			x, y := make([]float32, T*in), make([]float32, T*out)
+			for i := range x {
+				x[i] = float32(i%5) * 0.25
+			}
+			c0 := cpuTime()
+			for b.Loop() {
+				matmulJobs(0, x, T, in, mmJob{y, &wm, out})
+			}
+			b.ReportMetric(float64(cpuTime()-c0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// BenchmarkThreadPolicy: the shipped target and draft, one-token decode
+// steps (context 128..192) and 8-token chain forwards (context 128), on one
+// thread and on two threads with matmul passes and attention parallel only
+// from minParallelMACs multiply-adds (2^15: every pass of these models;
+// 2^20, 2^22: only the large ones). Run it several times in a loop to
+// interleave the settings on a shared machine and compare medians. It drives
+// the backend directly (KV slot = position): the engine's Sequence is not
+// reachable from package cpu.
+func BenchmarkThreadPolicy(b *testing.B) {
+	saved := minParallelMACs
+	defer func() { minParallelMACs = saved }()
+	for _, dir := range []string{"../../models/specgate-target", "../../models/specgate-draft"} {
+		if _, err := os.Stat(dir); err != nil {
+			b.Skip(dir, " not present")
+		}
+		cfg, err := model.LoadConfig(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		w, err := model.LoadWeights(dir, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		bs := map[int]*CPUBackend{}
+		for _, th := range []int{1, 2} {
+			be, err := NewCPUBackend(cfg, w, 512, th)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer be.Close()
+			bs[th] = be
+		}
+		slots := func(lo, n int) []int32 {
+			s := make([]int32, n)
+			for i := range s {
+				s[i] = int32(lo + i)
+			}
+			return s
+		}
+		for _, set := range []struct {
+			name    string
+			threads int
+			min     int
+		}{{"threads=1", 1, saved}, {"threads=2,min=2^15", 2, 1 << 15}, {"threads=2,min=2^20", 2, 1 << 20}, {"threads=2,min=2^22", 2, 1 << 22}, {"threads=2,min=2^25", 2, 1 << 25}} {
+			for _, n := range []int{1, 8} {
+				b.Run(fmt.Sprintf("%s/%s/n=%d", dir[len("../../models/"):], set.name, n), func(b *testing.B) {
+					minParallelMACs = set.min
+					defer func() { minParallelMACs = saved }()
+					be := bs[set.threads]
+					ctx := make([]int32, 128)
+					for i := range ctx {
+						ctx[i] = int32(i*53%8000 + 5)
+					}
+					pre := &backend.ForwardRequest{Tokens: ctx, Positions: slots(0, 128), Slots: slots(0, 128), LogitsRows: []int32{}}
+					if err := be.Forward([]*backend.ForwardRequest{pre}); err != nil {
+						b.Fatal(err)
+					}
+					toks, par := make([]int32, n), make([]int32, n)
+					for i := range toks {
+						toks[i], par[i] = int32(100+i), int32(i-1)
+					}
+					if n == 1 {
+						par = nil
+					}
+					logits := make([]float32, n*cfg.VocabSize)
+					cached := 128
+					c0 := cpuTime()
+					for b.Loop() {
+						if n == 1 && cached >= 192 {
+							cached = 128
+						}
+						r := &backend.ForwardRequest{CachedSlots: slots(0, cached), Tokens: toks, Positions: slots(cached, n),
+							Slots: slots(cached, n), Parents: par, Logits: logits}
+						if err := be.Forward([]*backend.ForwardRequest{r}); err != nil {
+							b.Fatal(err)
+						}
+						if n == 1 {
+							cached++
+						}
+					}
+					b.ReportMetric(float64(cpuTime()-c0)/float64(b.N), "cpu-ns/op")
+				})
+			}
+		}
+	}
+}

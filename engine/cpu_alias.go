@@ -1,0 +1,22 @@
+package engine
+
+import "github.com/specgate/specgate/engine/cpu"
+
+// The CPU backend lives in package engine/cpu (the engine's default
+// backend, LoadOptions.NewBackend nil); these aliases keep the engine API
+// source-compatible for its callers.
+type (
+	CPUBackend = cpu.CPUBackend
+	Mat        = cpu.Mat
+)
+
+// NewCPUBackend allocates KV memory for numSlots slots (see cpu.NewCPUBackend).
+func NewCPUBackend(cfg Config, w *Weights, numSlots, threads int) (*CPUBackend, error) {
+	return cpu.NewCPUBackend(cfg, w, numSlots, threads)
+}
+
+// NewMat prepares a weight matrix for the CPU matmul (see cpu.NewMat).
+func NewMat(w []float32, out, in int) *Mat { return cpu.NewMat(w, out, in) }
+
+// RopeInvFreq returns the rotary inverse frequencies of cfg (see cpu.RopeInvFreq).
+func RopeInvFreq(cfg Config) []float32 { return cpu.RopeInvFreq(cfg) }
