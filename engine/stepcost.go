@@ -58,7 +58,7 @@ func (c *stepCost) observeCalibrated(T int, secs float64) { c.observeN(T, secs, 
 
 // denseAt is how many timings make a size's price trusted on its own.
 // A size with fewer is priced at most at the interpolation of its nearest
-// trusted neighbours: its first timing is often an outlier (on the GPU the
+// trusted neighbours (above the largest, their extrapolation): its first timing is often an outlier (on the GPU the
 // first step of a new (tokens, rows) shape runs eagerly and captures its
 // CUDA graph, several times a replay's cost; on a shared CPU, a spike), and
 // a size priced too high is never granted and timed again. Optimism about
@@ -100,11 +100,23 @@ func (c *stepCost) observeN(T int, secs float64, times int) {
 		c.ys = append(c.ys, c.ratios[k].v)
 	}
 	// sparse sizes: at most the interpolation of the nearest dense ones
-	// (the one-token size is dense: its ratio is 1 by definition)
-	lo := 0
+	// (the one-token size is dense: its ratio is 1 by definition), or above
+	// the largest dense size at most the extrapolation of the last two
+	// dense ones (at least sparseSlope per token; with only the one-token
+	// size dense, sparseSlope). Before the extrapolation cap a sparse size
+	// above every dense one kept its own timing and set the slope beyond
+	// it: one spike (50 ms at T=40) priced every larger step from it, and
+	// a size priced too high is never granted, so never timed again.
+	lo, prev := 0, -1 // the last dense index and the dense one before it
+	dv := func(i int) float64 {
+		if i == 0 {
+			return 1
+		}
+		return c.ratios[c.keys[i]].v
+	}
 	for i := 1; i < len(c.keys); i++ {
 		if c.ratios[c.keys[i]].n >= denseAt {
-			lo = i
+			lo, prev = i, lo
 			continue
 		}
 		hi := i + 1
@@ -112,14 +124,15 @@ func (c *stepCost) observeN(T int, secs float64, times int) {
 			hi++
 		}
 		if hi == len(c.keys) {
-			continue // nothing dense above: keep its own timing
+			slope := sparseSlope
+			if prev >= 0 {
+				slope = max(slope, (dv(lo)-dv(prev))/float64(c.keys[lo]-c.keys[prev]))
+			}
+			c.ys[i] = min(c.ys[i], dv(lo)+slope*float64(c.keys[i]-c.keys[lo]))
+			continue
 		}
 		f := float64(c.keys[i]-c.keys[lo]) / float64(c.keys[hi]-c.keys[lo])
-		loV := 1.0
-		if lo > 0 {
-			loV = c.ratios[c.keys[lo]].v
-		}
-		c.ys[i] = min(c.ys[i], loV*(1-f)+c.ratios[c.keys[hi]].v*f)
+		c.ys[i] = min(c.ys[i], dv(lo)*(1-f)+dv(hi)*f)
 	}
 	// monotone: a size costs at most what the next larger measured size
 	// costs (timings err upwards), and at least a one-token step.
@@ -130,6 +143,11 @@ func (c *stepCost) observeN(T int, secs float64, times int) {
 		c.ys[i] = max(c.ys[i], 1)
 	}
 }
+
+// sparseSlope is the least ratio a token adds beyond the largest measured
+// size (5% of a one-token step), and the slope that caps sparse sizes above
+// the largest dense one when the dense sizes give a smaller one.
+const sparseSlope = 0.05
 
 // known reports whether any step was measured.
 func (c *stepCost) known() bool { return c.base.n > 0 }
@@ -157,7 +175,7 @@ func (c *stepCost) ratioAt(T int) float64 {
 		}
 	}
 	n := len(keys)
-	slope := 0.05
+	slope := sparseSlope
 	if n >= 2 {
 		slope = max(slope, (ys[n-1]-ys[n-2])/float64(keys[n-1]-keys[n-2]))
 	}

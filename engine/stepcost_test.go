@@ -106,3 +106,58 @@ func TestStepCostMonotoneAndUnscaledBeforeBase(t *testing.T) {
 		prev = v
 	}
 }
+
+// A size timed fewer than denseAt times above the largest dense size is
+// capped at the extrapolation of the last two dense sizes (at least
+// sparseSlope per token), not priced by its own timing: one spike at T=40
+// priced at(64) at 50 ms before (and the slope beyond it at 0.075 per
+// token), so 64-token steps were never granted and never timed again.
+// Expected values computed by hand in the comments.
+func TestStepCostSparseAboveDenseCapped(t *testing.T) {
+	near := func(name string, got, want float64) {
+		t.Helper()
+		t.Logf("%s = %.4f ms (want %.4f)", name, got*1e3, want*1e3)
+		if math.Abs(got-want) > 1e-9 {
+			t.Errorf("%s = %.6f ms, want %.6f", name, got*1e3, want*1e3)
+		}
+	}
+	dense := func(steps ...[2]float64) *stepCost {
+		var c stepCost
+		for _, s := range steps {
+			for range denseAt {
+				c.observe(int(s[0]), s[1])
+			}
+		}
+		return &c
+	}
+	// base 10 ms; ratios 1.2 at 8 and 1.4 at 16: dense slope 0.025 per
+	// token, below sparseSlope, so 0.05. One spike: 50 ms at T=40 (bucket
+	// 64, ratio 5). Cap at 64: 1.4 + 0.05*(64-16) = 3.8.
+	c := dense([2]float64{1, 10e-3}, [2]float64{8, 12e-3}, [2]float64{16, 14e-3})
+	c.observe(40, 50e-3)
+	near("at(64)", c.at(64), 38e-3)         // before: 50 ms
+	near("at(40)", c.at(40), 26e-3)         // 1.4 + (24/48)*(3.8-1.4) = 2.6; before: 32 ms
+	near("at(128)", c.at(128), 70e-3)       // 3.8 + 0.05*(128-64) = 7.0; before: 98 ms
+	near("at(16)", c.at(16), 14e-3)         // dense sizes unchanged
+	near("at(12)", c.at(12), 13e-3)         // between dense sizes: 1.3
+	near("at(1)", c.at(1), 10e-3)           // base unchanged
+	near("at(2)", c.at(2), 10e-3*(1+0.2/7)) // 1 + (1/7)*(1.2-1)
+
+	// Once the size has denseAt timings it is trusted: 50 ms.
+	c.observe(40, 50e-3)
+	c.observe(40, 50e-3)
+	near("at(64), dense", c.at(64), 50e-3)
+
+	// A steeper dense slope: ratios 1.2 at 8 and 2.0 at 16 (0.1 per
+	// token): the cap at 64 is 2.0 + 0.1*48 = 6.8, above the timing's 5,
+	// so the timing stands.
+	c = dense([2]float64{1, 10e-3}, [2]float64{8, 12e-3}, [2]float64{16, 20e-3})
+	c.observe(40, 50e-3)
+	near("at(64), steep", c.at(64), 50e-3)
+
+	// Only the one-token size dense: a sparse 4-token timing of 30 ms is
+	// capped at 1 + 0.05*(4-1) = 1.15 ratio.
+	c = dense([2]float64{1, 10e-3})
+	c.observe(4, 30e-3)
+	near("at(4), only base dense", c.at(4), 11.5e-3) // before: 30 ms
+}
