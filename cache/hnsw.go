@@ -407,6 +407,9 @@ func (g *graph) scoreNodes(a, b int32) float32 {
 type visited struct {
 	mark []uint8
 	gen  uint8
+	// The search heaps' backing arrays, kept with the visited set so a
+	// search does not grow two new slices per layer.
+	cbuf, rbuf []cand
 }
 
 func (g *graph) getVisited() *visited {
@@ -521,9 +524,12 @@ func (g *graph) greedy(q *query, ep cand, level int) cand {
 // With liveOnly, tombstones are traversed but not returned.
 func (g *graph) searchLayer(q *query, eps []cand, ef, level int, liveOnly bool) []cand {
 	vs := g.getVisited()
-	defer g.visitPool.Put(vs)
-	cands := candHeap{max: true}
-	res := candHeap{max: false} // worst on top
+	cands := candHeap{c: vs.cbuf[:0], max: true}
+	res := candHeap{c: vs.rbuf[:0], max: false} // worst on top
+	defer func() {
+		vs.cbuf, vs.rbuf = cands.c[:0], res.c[:0]
+		g.visitPool.Put(vs)
+	}()
 	for _, ep := range eps {
 		if !vs.visit(ep.i) {
 			continue
