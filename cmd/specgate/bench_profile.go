@@ -99,6 +99,10 @@ func (p *benchProfile) start(point string) (stop func() (intervalStats, error), 
 			}
 		}
 		if p.memPrefix != "" {
+			// The allocation profile is as of the last completed GC: without
+			// this one, an interval with no GC of its own (a large heap after
+			// the cache fill) diffs to nothing against allocs0.
+			runtime.GC()
 			if err := writeAllocs(fmt.Sprintf("%s-%s.allocs.pprof", p.memPrefix, point)); err != nil {
 				return st, fmt.Errorf("memprofile: %w", err)
 			}
