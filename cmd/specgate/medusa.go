@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/specgate/specgate/engine"
-	"github.com/specgate/specgate/gateway"
 	"github.com/specgate/specgate/medusa"
 	"github.com/specgate/specgate/speculative"
 )
@@ -14,16 +13,6 @@ import (
 // Medusa wiring of the command (issue #17): `generate --spec medusa --medusa
 // DIR [--medusa-tree SPEC] [--medusa-vocab N]`, `config check` of a model
 // with speculative.method medusa, and the medusa rows of `bench spec`.
-
-// checkMedusa validates a model's Medusa setting against its target's
-// config.json (hidden and vocabulary sizes) without loading weights.
-func checkMedusa(m gateway.ModelConfig) error {
-	hidden, vocab := 0, 0
-	if c, err := engine.LoadConfig(m.Path); err == nil {
-		hidden, vocab = c.HiddenSize, c.VocabSize
-	}
-	return medusa.Check(medusa.Spec{Heads: m.MedusaHeads(), Tree: m.Speculative.Tree, VocabLimit: m.Speculative.VocabLimit}, hidden, vocab)
-}
 
 func init() {
 	var dir, tree string

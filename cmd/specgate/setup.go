@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/gateway"
 )
 
@@ -205,49 +204,14 @@ func moduleRoot(dir string) string {
 
 // preflight checks what serve needs before it loads anything and returns
 // every problem found (not just the first), each naming its config key:
-// model and draft directories with a readable config.json, tokenizer.json
-// and weights; key_env variables set; the BERT directory; the data
+// each model's directories (serving's ModelConfig.Check); key_env
+// variables set; the BERT directory; the data
 // directory creatable. serve refuses the config when this returns errors.
 func preflight(cfg *gateway.Config, getenv func(string) string) []error {
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	modelDir := func(key, dir string) {
-		st, err := os.Stat(dir)
-		if err != nil {
-			add("%s: %s: %v", key, dir, errors.Unwrap(err))
-			return
-		}
-		if !st.IsDir() {
-			add("%s: %s: not a directory", key, dir)
-			return
-		}
-		if _, err := engine.LoadConfig(dir); err != nil {
-			add("%s: %s: %v", key, dir, err)
-		}
-		if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
-			add("%s: %s: no tokenizer.json", key, dir)
-		}
-		w1, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
-		if len(w1) == 0 {
-			add("%s: %s: no *.safetensors weights", key, dir)
-		}
-	}
 	for i, m := range cfg.Models {
-		modelDir(fmt.Sprintf("models[%d].path", i), m.Path)
-		switch m.Speculative.Method {
-		case "draft":
-			modelDir(fmt.Sprintf("models[%d].draft", i), m.Draft)
-		case "medusa":
-			key := fmt.Sprintf("models[%d].speculative.heads", i)
-			if m.Speculative.Heads == "" {
-				key = fmt.Sprintf("models[%d].draft", i)
-			}
-			if st, err := os.Stat(m.MedusaHeads()); err != nil || !st.IsDir() {
-				add("%s: %s: Medusa heads directory not found", key, m.MedusaHeads())
-			} else if err := checkMedusa(m); err != nil {
-				add("%s: %v", key, err)
-			}
-		}
+		errs = append(errs, m.Check(fmt.Sprintf("models[%d]", i))...)
 	}
 	for i, k := range cfg.Auth.Keys {
 		if k.KeyEnv != "" && getenv(k.KeyEnv) == "" {
