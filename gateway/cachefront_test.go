@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,10 +16,18 @@ import (
 type sseUpstream struct {
 	calls atomic.Int32
 	delay time.Duration
+	gate  chan struct{} // when set, every call waits for it to close first
 }
 
 func (u *sseUpstream) handler(w http.ResponseWriter, r *http.Request) {
 	u.calls.Add(1)
+	if g := u.gate; g != nil {
+		select {
+		case <-g:
+		case <-r.Context().Done():
+			return
+		}
+	}
 	var req ChatCompletionRequest
 	if err := decodeJSON(readAll(r), &req); err != nil {
 		http.Error(w, "bad", 400)
@@ -54,6 +63,41 @@ func (u *sseUpstream) handler(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, "data: {\"id\":\"chatcmpl-up\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4,\"total_tokens\":7}}\n\n")
 	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+// gateUntilFollowers returns a gate for a provider and a function that
+// waits (up to 30 s) until n more requests have joined a running flight of
+// ts as followers, then opens the gate: the leader's provider cannot finish
+// before every follower joined, whatever the machine's load (before, the
+// tests relied on followers arriving within the provider's delay). The gate
+// is also opened at the test's end.
+func gateUntilFollowers(t *testing.T, ts *testServer, n int) (gate chan struct{}, release func()) {
+	t.Helper()
+	ts.flights.mu.Lock()
+	start := ts.flights.followers
+	ts.flights.mu.Unlock()
+	gate = make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	return gate, func() {
+		t.Helper()
+		defer open()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			ts.flights.mu.Lock()
+			got := ts.flights.followers - start
+			ts.flights.mu.Unlock()
+			if got >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("%d followers joined in 30 s, want %d", got, n)
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
 }
 
 func readAll(r *http.Request) []byte {
@@ -120,12 +164,14 @@ func TestUpstreamStreamTeedIntoCache(t *testing.T) {
 
 	// Concurrent identical streams: one upstream call.
 	u.calls.Store(0)
-	u.delay = 20 * time.Millisecond
 	const n = 4
+	gate, release := gateUntilFollowers(t, ts, n-1)
+	u.gate = gate
 	replies := make(chan cacheReply, n)
 	for i := 0; i < n; i++ {
 		go func() { replies <- post(t, url, "", req("What is ephemeral?", true), nil) }()
 	}
+	release()
 	for i := 0; i < n; i++ {
 		r := <-replies
 		if r.status != 200 || r.xcache != "MISS" || sseContent(t, r.body) != want {
@@ -135,12 +181,12 @@ func TestUpstreamStreamTeedIntoCache(t *testing.T) {
 	if c := u.calls.Load(); c != 1 {
 		t.Errorf("%d concurrent identical streams made %d upstream calls, want 1", n, c)
 	}
-	u.delay = 0
 
 	// JSON requests and streams share one flight: two of each, concurrent,
 	// make one upstream call and get one answer.
 	u.calls.Store(0)
-	u.delay = 20 * time.Millisecond
+	gate, release = gateUntilFollowers(t, ts, 3)
+	u.gate = gate
 	texts := make(chan string, 4)
 	for i := 0; i < 4; i++ {
 		go func(stream bool) {
@@ -157,8 +203,8 @@ func TestUpstreamStreamTeedIntoCache(t *testing.T) {
 				texts <- got
 			}
 		}(i%2 == 0)
-		time.Sleep(2 * time.Millisecond)
 	}
+	release()
 	var first string
 	for i := 0; i < 4; i++ {
 		tx := <-texts
@@ -172,7 +218,7 @@ func TestUpstreamStreamTeedIntoCache(t *testing.T) {
 	if c := u.calls.Load(); c != 1 {
 		t.Errorf("2 JSON requests and 2 streams, concurrent: %d upstream calls, want 1", c)
 	}
-	u.delay = 0
+	u.gate = nil
 
 	// Tool calls: a stream is relayed but not stored; a stored JSON answer
 	// with tool calls is not replayed as a stream.
@@ -234,8 +280,10 @@ func TestUpstreamStreamWithoutUsageNotStored(t *testing.T) {
 
 // A local model's JSON requests and streams share one flight too.
 func TestLocalJSONAndStreamShareOneGeneration(t *testing.T) {
-	g := &fakeGen{Reply: "a shared answer", Delay: 5 * time.Millisecond}
+	g := &fakeGen{Reply: "a shared answer"}
 	ts := startServer(t, Options{Models: []*LocalModel{fakeModel("m", g)}, Cache: newTestCache(t)})
+	gate, release := gateUntilFollowers(t, ts, 3)
+	g.Gate = gate
 	url := ts.URL + "/v1/chat/completions"
 	texts := make(chan string, 4)
 	for i := 0; i < 4; i++ {
@@ -254,8 +302,8 @@ func TestLocalJSONAndStreamShareOneGeneration(t *testing.T) {
 				texts <- got
 			}
 		}()
-		time.Sleep(2 * time.Millisecond)
 	}
+	release()
 	for i := 0; i < 4; i++ {
 		if tx := <-texts; tx != "a shared answer" {
 			t.Errorf("answer %d: %q", i, tx)

@@ -53,6 +53,7 @@ type fakeGen struct {
 	Delay     time.Duration
 	Err       error
 	FailAfter int
+	Gate      chan struct{} // when set, Generate waits for it to close first
 	active    atomic.Int32
 	calls     atomic.Int32
 }
@@ -61,6 +62,13 @@ func (f *fakeGen) Generate(ctx context.Context, req engine.GenerateRequest, emit
 	f.calls.Add(1)
 	f.active.Add(1)
 	defer f.active.Add(-1)
+	if f.Gate != nil {
+		select {
+		case <-f.Gate:
+		case <-ctx.Done():
+			return engine.Result{PromptTokens: len(req.Prompt), Finish: engine.FinishCancelled}, context.Cause(ctx)
+		}
+	}
 	res := engine.Result{PromptTokens: len(req.Prompt), Finish: engine.FinishStop}
 	var out strings.Builder
 	for i := 0; i < len(f.Reply); i++ {

@@ -539,8 +539,9 @@ func rewriteCached(body []byte, id string, created int64, hit bool) ([]byte, *Us
 // streamFlights lets identical concurrent misses, streamed or not, local
 // or upstream, share one generation (cachefront.go).
 type streamFlights struct {
-	mu sync.Mutex
-	m  map[string]*streamFlight
+	mu        sync.Mutex
+	m         map[string]*streamFlight
+	followers int // joins of a running flight, ever (tests wait on it)
 }
 
 // streamFlight is one shared generation. body is valid after done closes.
@@ -561,6 +562,7 @@ func (f *streamFlights) join(key string) (*streamFlight, bool) {
 		f.m = map[string]*streamFlight{}
 	}
 	if fl, ok := f.m[key]; ok {
+		f.followers++
 		return fl, false
 	}
 	fl := &streamFlight{fs: f, key: key, done: make(chan struct{})}
