@@ -70,12 +70,8 @@ func (s *Server) proxyChat(c *fiber.Ctx, ur *upstreamRoute, body []byte, head mo
 		fl.finish(nil, false)
 		return s.upstreamError(c, ur, err)
 	}
-	if st == http.StatusOK {
-		var u struct {
-			Usage Usage `json:"usage"`
-		}
-		_ = json.Unmarshal(b, &u)
-		s.storeAnswer(fl, store, bytes.Clone(b), float64(u.Usage.CompletionTokens))
+	if cost, ok := cacheableChat(st, b); ok {
+		s.storeAnswer(fl, store, bytes.Clone(b), cost)
 	} else {
 		fl.finish(nil, false) // not cacheable; the client gets the upstream's answer
 	}
@@ -86,6 +82,35 @@ func (s *Server) proxyChat(c *fiber.Ctx, ur *upstreamRoute, body []byte, head mo
 	c.Status(st)
 	c.Response().SetBody(b) // a copy into fiber's response buffer
 	return nil
+}
+
+// cacheableChat reports whether an upstream's buffered answer to a chat
+// request may be stored and shared: status 200 and a well-formed
+// chat.completion (object "chat.completion", at least one choice, every
+// choice with a message object). A 200 carrying an error JSON, an HTML
+// page or anything else is relayed to its own client only: stored, it
+// would answer every later identical request of its namespace. cost is the
+// answer's completion tokens.
+func cacheableChat(status int, b []byte) (cost float64, ok bool) {
+	if status != http.StatusOK {
+		return 0, false
+	}
+	var a struct {
+		Object  string `json:"object"`
+		Choices []struct {
+			Message json.RawMessage `json:"message"`
+		} `json:"choices"`
+		Usage Usage `json:"usage"`
+	}
+	if json.Unmarshal(b, &a) != nil || a.Object != "chat.completion" || len(a.Choices) == 0 {
+		return 0, false
+	}
+	for _, ch := range a.Choices {
+		if m := bytes.TrimSpace(ch.Message); len(m) == 0 || m[0] != '{' {
+			return 0, false
+		}
+	}
+	return float64(a.Usage.CompletionTokens), true
 }
 
 // waitFlight waits for the leader of fl; ok is false when the leader had
