@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -454,52 +455,60 @@ func (s *Server) proxyStream(c *fiber.Ctx, ur *upstreamRoute, path string, body 
 	name := ur.up.cfg.Name
 	sse := ct == "" || strings.HasPrefix(strings.ToLower(ct), "text/event-stream")
 	prompt := len(body) / 4
-	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+	c.Context().SetBodyStreamWriter(func(cw *bufio.Writer) {
 		defer s.inflight.Done()
 		defer watch.stop()
 		defer cancel()
 		defer resp.Body.Close()
-		if !sse {
-			tee.fail()
-			n, err := copyStream(w, resp.Body, cancel)
-			if err != nil && ctx.Err() == nil {
-				log.Warn("upstream stream broke", "upstream", name, "bytes", n, "err", err)
-			}
-			res.settle(prompt + int(n/4))
-			return
-		}
-		var asm *chatAssembler
-		var onData func([]byte)
-		if tee != nil {
-			asm = &chatAssembler{}
-			onData = asm.add
-		}
-		r := relaySSE(w, resp.Body, onData)
-		switch {
-		case r.usage != nil:
-			res.settle(r.usage.TotalTokens)
-		default:
-			// No usage chunk (stream_options.include_usage unset): about one
-			// token per content event.
-			res.settle(prompt + r.events)
-		}
-		if r.done && !r.clientGone {
-			tee.store(s, asm)
-		} else {
-			tee.fail()
-		}
-		if r.clientGone || r.done {
-			return
-		}
-		// The upstream stream broke (reset, cut before [DONE], or stalled
-		// past idle_timeout): tell the client instead of ending a clean 200.
-		ae := streamBroken(name, r, ctx)
-		log.Warn("upstream stream broke", "upstream", name, "events", r.events, "err", ae.Message)
-		sw := &sseWriter{w: w}
-		sw.event(ae)
-		sw.done()
+		// The relay (and so the flight it leads) runs at the upstream's
+		// pace, not the client's (decouple.go).
+		writeDecoupled(cw, func(w *bufio.Writer) { s.relayUpstream(w, resp, tee, res, ctx, cancel, log, name, sse, prompt) })
 	})
 	return nil
+}
+
+// relayUpstream relays an upstream's stream to w (proxyStream's writer),
+// settling res and ending tee's flight.
+func (s *Server) relayUpstream(w *bufio.Writer, resp *http.Response, tee *streamTee, res *reservation, ctx context.Context, cancel func(), log *slog.Logger, name string, sse bool, prompt int) {
+	if !sse {
+		tee.fail()
+		n, err := copyStream(w, resp.Body, cancel)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("upstream stream broke", "upstream", name, "bytes", n, "err", err)
+		}
+		res.settle(prompt + int(n/4))
+		return
+	}
+	var asm *chatAssembler
+	var onData func([]byte)
+	if tee != nil {
+		asm = &chatAssembler{}
+		onData = asm.add
+	}
+	r := relaySSE(w, resp.Body, onData)
+	switch {
+	case r.usage != nil:
+		res.settle(r.usage.TotalTokens)
+	default:
+		// No usage chunk (stream_options.include_usage unset): about one
+		// token per content event.
+		res.settle(prompt + r.events)
+	}
+	if r.done && !r.clientGone {
+		tee.store(s, asm)
+	} else {
+		tee.fail()
+	}
+	if r.clientGone || r.done {
+		return
+	}
+	// The upstream stream broke (reset, cut before [DONE], or stalled
+	// past idle_timeout): tell the client instead of ending a clean 200.
+	ae := streamBroken(name, r, ctx)
+	log.Warn("upstream stream broke", "upstream", name, "events", r.events, "err", ae.Message)
+	sw := &sseWriter{w: w}
+	sw.event(ae)
+	sw.done()
 }
 
 // streamBroken is the error event for an upstream stream that ended

@@ -331,26 +331,30 @@ func (s *Server) runLocal(c *fiber.Ctx, j *job, creq *cache.Request) error {
 	}
 	ttft := time.Since(rs.start)
 	setSSEHeaders(c)
-	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+	c.Context().SetBodyStreamWriter(func(cw *bufio.Writer) {
 		defer s.inflight.Done()
 		defer watch.stop()
 		defer cancel(nil)
-		sw := &sseWriter{w: w, onFail: func() { cancel(ErrClientGone) }}
-		st := newLocalStream(rs, sw)
-		if ok {
-			st.handle(first)
-		}
-		for ev := range events {
-			st.handle(ev)
-		}
-		usage, outcome := st.end(context.Cause(ctx))
-		rs.finish(usage, outcome, ttft)
-		if outcome != "ok" || creq == nil {
-			flight.finish(nil, false)
-			return
-		}
-		body, _ := j.render(rs.id, rs.created, genOutcome{acc: st.acc, results: st.results})
-		s.storeAnswer(flight, store, body, float64(usage.CompletionTokens))
+		// The engine's events (and so the flight this stream leads) are
+		// consumed at the engine's pace, not the client's (decouple.go).
+		writeDecoupled(cw, func(w *bufio.Writer) {
+			sw := &sseWriter{w: w, onFail: func() { cancel(ErrClientGone) }}
+			st := newLocalStream(rs, sw)
+			if ok {
+				st.handle(first)
+			}
+			for ev := range events {
+				st.handle(ev)
+			}
+			usage, outcome := st.end(context.Cause(ctx))
+			rs.finish(usage, outcome, ttft)
+			if outcome != "ok" || creq == nil {
+				flight.finish(nil, false)
+				return
+			}
+			body, _ := j.render(rs.id, rs.created, genOutcome{acc: st.acc, results: st.results})
+			s.storeAnswer(flight, store, body, float64(usage.CompletionTokens))
+		})
 	})
 	return nil
 }

@@ -1,0 +1,92 @@
+package gateway
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A stream's leader whose client stops reading must not hold its flight's
+// followers hostage: the flight finishes when the provider's answer is
+// complete, whatever the leader's socket does. The leader here sends its
+// request on a raw connection with a 4 KiB receive buffer and never reads
+// a byte of a ~12 MB answer (far more than the socket buffers hold); the
+// follower, an identical request, must still get the whole answer.
+func TestSlowLeaderDoesNotStallFollowers(t *testing.T) {
+	const parts, partLen = 3000, 4000
+	part := strings.Repeat("x", partLen)
+	u := &sseUpstream{}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.calls.Add(1)
+		if g := u.gate; g != nil {
+			select {
+			case <-g:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 0; i < parts; i++ {
+			fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-up\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{\"content\":%q},\"finish_reason\":null}]}\n\n", part)
+		}
+		fmt.Fprint(w, "data: {\"id\":\"chatcmpl-up\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n")
+		fmt.Fprint(w, "data: {\"id\":\"chatcmpl-up\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"up\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":3000,\"total_tokens\":3003}}\n\n")
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}))
+	defer up.Close()
+	cfg := DefaultConfig()
+	cfg.Upstreams = []UpstreamConfig{{Name: "u", BaseURL: up.URL + "/v1", Models: []string{"up"}}}
+	if err := cfg.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, Options{Config: cfg, Cache: newTestCache(t)})
+	gate, release := gateUntilFollowers(t, ts, 1)
+	u.gate = gate
+	const body = `{"model":"up","temperature":0,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"a long answer"}]}`
+
+	// The leader: a raw connection that never reads.
+	addr := strings.TrimPrefix(ts.URL, "http://")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", addr, len(body), body)
+	// Wait until the leader's flight runs, then send the follower.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ts.flights.mu.Lock()
+		n := len(ts.flights.m)
+		ts.flights.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the leader's flight never started")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	got := make(chan cacheReply, 1)
+	go func() { got <- post(t, ts.URL+"/v1/chat/completions", "", body, nil) }()
+	release()
+	select {
+	case r := <-got:
+		content := sseContent(t, r.body)
+		t.Logf("follower: %d %s, %d content bytes", r.status, r.xcache, len(content))
+		if r.status != 200 || len(content) != parts*partLen || strings.Trim(content, "x") != "" {
+			t.Errorf("follower: status %d, %d content bytes, want 200 and %d", r.status, len(content), parts*partLen)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the follower got no answer in 60 s: the leader's unread stream holds its flight")
+	}
+	if c := u.calls.Load(); c != 1 {
+		t.Errorf("%d upstream calls, want 1 (the follower shares the leader's)", c)
+	}
+}
