@@ -75,7 +75,7 @@ func TestKnownSourcePrior(t *testing.T) {
 		step(id, SourcePrediction, draft[:9])
 		k.Release(id)
 	}
-	nm, pr := k.prior(SourceNearMiss), k.prior(SourcePrediction)
+	nm, pr := k.prior("", SourceNearMiss), k.prior("", SourcePrediction)
 	t.Logf("priors after 10 requests each: near_miss %.3f, prediction %.3f (default %.2f)", nm, pr, knownPrior)
 	if !(nm < knownPrior-0.1) || !(pr > knownPrior+0.03) {
 		t.Fatalf("priors near_miss %.3f, prediction %.3f: want below %.2f-0.1 and above %.2f+0.03", nm, pr, knownPrior, knownPrior)

@@ -51,17 +51,29 @@ type Known struct {
 	cfg  KnownConfig
 	mu   sync.Mutex
 	reqs map[engine.RequestID]*knownReq
-	// src is, per draft source over all requests, the confirmed draft
-	// tokens and rejections (decayed): the prior of a request's own
-	// record. A client's prediction of an unchanged file is right ~19
-	// tokens in 20, a near miss's answer (another question's) far less
-	// often; one prior for both overpaid near misses and underpaid
-	// predictions.
-	src map[string]*srcRecord
+	// src is, per tenant and draft source over all the tenant's
+	// requests, the confirmed draft tokens and rejections (decayed): the
+	// prior of a request's own record. A client's prediction of an
+	// unchanged file is right ~19 tokens in 20, a near miss's answer
+	// (another question's) far less often; one prior for both overpaid
+	// near misses and underpaid predictions. Keyed by tenant too, so that
+	// one tenant's bad predictions do not lower every tenant's prior; at
+	// most maxSrcRecords records, the least recently used evicted.
+	src  map[srcKey]*srcRecord
+	tick uint64 // advances on every record use (LRU order)
 }
 
-// srcRecord is a draft source's record over all requests.
-type srcRecord struct{ confirmed, rejects float64 }
+// srcKey names a record: a tenant's draft source.
+type srcKey struct{ tenant, src string }
+
+// srcRecord is a tenant's draft source's record over its requests.
+type srcRecord struct {
+	confirmed, rejects float64
+	used               uint64 // Known.tick when last recorded into
+}
+
+// maxSrcRecords bounds Known.src: tenants are client-chosen names.
+const maxSrcRecords = 1024
 
 // srcPriorWeight is the weight, in tokens, of knownPrior in a source's
 // record; srcDecayAt halves a record that grew past it.
@@ -70,10 +82,11 @@ const (
 	srcDecayAt     = 4096
 )
 
-// prior is the source's continuation rate (confirmed / (confirmed +
-// rejects)) over all requests, with knownPrior at weight srcPriorWeight.
-func (k *Known) prior(src string) float64 {
-	r := k.src[src]
+// prior is the tenant's source's continuation rate (confirmed /
+// (confirmed + rejects)) over its requests, with knownPrior at weight
+// srcPriorWeight.
+func (k *Known) prior(tenant, src string) float64 {
+	r := k.src[srcKey{tenant, src}]
 	if r == nil {
 		return knownPrior
 	}
@@ -81,15 +94,21 @@ func (k *Known) prior(src string) float64 {
 }
 
 // record adds a cursor's new confirmations and rejections to its source's record.
-func (k *Known) record(src string, confirmed, rejects int) {
+func (k *Known) record(tenant, src string, confirmed, rejects int) {
 	if confirmed == 0 && rejects == 0 {
 		return
 	}
-	r := k.src[src]
+	key := srcKey{tenant, src}
+	r := k.src[key]
 	if r == nil {
+		if len(k.src) >= maxSrcRecords {
+			k.evictSrc()
+		}
 		r = &srcRecord{}
-		k.src[src] = r
+		k.src[key] = r
 	}
+	k.tick++
+	r.used = k.tick
 	r.confirmed += float64(confirmed)
 	r.rejects += float64(rejects)
 	if r.confirmed+r.rejects > srcDecayAt {
@@ -98,16 +117,30 @@ func (k *Known) record(src string, confirmed, rejects int) {
 	}
 }
 
+// evictSrc drops the least recently used record.
+func (k *Known) evictSrc() {
+	var oldest srcKey
+	first := true
+	var at uint64
+	for key, r := range k.src {
+		if first || r.used < at {
+			oldest, at, first = key, r.used, false
+		}
+	}
+	delete(k.src, oldest)
+}
+
 type knownReq struct {
 	drafts []*knownCursor
 	seen   int
 }
 
 type knownCursor struct {
-	src  string
-	toks []int32
-	idx  *corpus
-	at   int // index in toks aligned with the pending token; -1: before the first; -2: lost
+	tenant string // the request's (its source record's key with src)
+	src    string
+	toks   []int32
+	idx    *corpus
+	at     int // index in toks aligned with the pending token; -1: before the first; -2: lost
 	// guessed: at was set by assuming a substitution, not by a match; a
 	// second miss then loses the cursor.
 	guessed bool
@@ -118,7 +151,7 @@ const knownPrior = 0.9
 
 // NewKnown returns a Known proposer.
 func NewKnown(cfg KnownConfig) *Known {
-	return &Known{cfg: cfg.withDefaults(), reqs: map[engine.RequestID]*knownReq{}, src: map[string]*srcRecord{}}
+	return &Known{cfg: cfg.withDefaults(), reqs: map[engine.RequestID]*knownReq{}, src: map[srcKey]*srcRecord{}}
 }
 
 // Release implements engine.Proposer.
@@ -142,7 +175,7 @@ func (k *Known) Propose(_ context.Context, reqs []engine.ProposeRequest) ([]engi
 				if len(d.Tokens) == 0 {
 					continue
 				}
-				c := &knownCursor{src: d.Source, toks: append([]int32(nil), d.Tokens...), idx: newCorpus(1 << 30), at: -1,
+				c := &knownCursor{tenant: r.Tenant, src: d.Source, toks: append([]int32(nil), d.Tokens...), idx: newCorpus(1 << 30), at: -1,
 					ctl: newDepthControl(8, 2, k.cfg.MaxDepth)}
 				c.idx.extend(0, c.toks)
 				st.drafts = append(st.drafts, c)
@@ -158,7 +191,7 @@ func (k *Known) Propose(_ context.Context, reqs []engine.ProposeRequest) ([]engi
 		for j, c := range st.drafts {
 			conf, rej := c.ctl.confirmed, c.ctl.rejects
 			c.ctl.observe(gained)
-			k.record(c.src, c.ctl.confirmed-conf, c.ctl.rejects-rej)
+			k.record(c.tenant, c.src, c.ctl.confirmed-conf, c.ctl.rejects-rej)
 			k.follow(c, r.Generated, gained)
 			if c.at < -1 || c.ctl.paused() {
 				continue
@@ -187,7 +220,7 @@ func (k *Known) Propose(_ context.Context, reqs []engine.ProposeRequest) ([]engi
 
 // Confidence implements engine.Confident: for a request whose draft cursor
 // is aligned (not paused, not a guess), the cursor's record of confirmed
-// tokens against rejections (prior: its source's record over all requests,
+// tokens against rejections (prior: its tenant's source's record over its requests,
 // itself starting at 0.9); 0 past the end of every aligned
 // draft; no opinion (-1) otherwise. Before its first Propose call a request
 // gets 0.9 (the gateway attaches Known only to requests with known drafts,
@@ -207,7 +240,7 @@ func (k *Known) Confidence(id engine.RequestID, depth int) float64 {
 		}
 		aligned = true
 		if depth <= len(c.toks)-1-c.at {
-			best = max(best, c.ctl.rate(k.prior(c.src), 5))
+			best = max(best, c.ctl.rate(k.prior(c.tenant, c.src), 5))
 		}
 	}
 	if !aligned {
