@@ -50,12 +50,14 @@ type Options struct {
 	// SPECGATE_DEVICE_HEADS=0). NoHeadsFused never uses the fused head
 	// kernels (also with SPECGATE_HEADS_FUSED=0).
 	NoDeviceHeads, NoHeadsFused bool
-	// ExactVerify runs tree-verification steps of 9..64 tokens as chunked
-	// GEMVs, so each token's logits are bit-identical to plain decoding's
-	// (exact.go; also with SPECGATE_EXACT_VERIFY=1). Off by default: it
-	// costs speed.
-	ExactVerify bool
-	Eps         float32 // overrides cfg.RMSNormEps when > 0
+	// FastVerify runs tree-verification steps of 9..64 tokens through
+	// cuBLAS GEMMs instead of chunked GEMVs: faster, but their rounding
+	// differs from plain decoding's, so a greedy output can differ from
+	// plain decoding at a near-tie (exact.go; also with
+	// SPECGATE_EXACT_VERIFY=0). Off by default: the output of speculation
+	// is plain decoding's.
+	FastVerify bool
+	Eps        float32 // overrides cfg.RMSNormEps when > 0
 	// Quantize: "" (or "none"/"fp16"): fp16 weights; engine.QuantInt8:
 	// int8 weight-only projections and LM head (quant.go).
 	Quantize string

@@ -17,13 +17,17 @@ import (
 // computes. Larger steps and prefill chunks keep cuBLAS. Only steps that
 // verify a tree are covered (plain batches keep their GEMMs).
 //
-// Off by default: on the H100 (docs/medusa.md) a 17-token step costs about
-// 1.7x as much as chunked GEMVs than through cuBLAS, and a tree that size
-// then does not pay; near-tie differences were rare (0 of 20 prompts x 128
-// tokens at concurrency 1 in one run, 1 in another).
-
-// Options.ExactVerify (or SPECGATE_EXACT_VERIFY=1) turns exact batches on:
-// chunked GEMV for tree steps of GemvMaxM+1..MaxExactTokens tokens.
+// On by default (since 2026-11-23, after the measurements in docs/medusa.md,
+// which ran with cuBLAS tree steps): the product's promise is that
+// speculation returns plain decoding's output. The price, measured on the
+// H100: a 17-token step costs about 1.7x as much as chunked GEMVs as
+// through cuBLAS (Medusa n=16 at c=1 0.42x instead of 0.72x); the adaptive
+// budget sees that price in its step timings. Near-tie differences without
+// it were rare (0 of 20 prompts x 128 tokens at concurrency 1 in one run, 1
+// in another). Options.FastVerify (or SPECGATE_EXACT_VERIFY=0) turns exact
+// batches off. Not covered either way: steps over MaxExactTokens (many
+// concurrent trees), Qwen2 (QKV bias) and int8 weights; plain decoding of
+// a large batch is itself not bit-identical to batch 1 for the same reason.
 
 // MaxExactTokens is the largest step exact batches cover.
 const MaxExactTokens = 64
@@ -31,7 +35,7 @@ const MaxExactTokens = 64
 // exactStep reports whether a step of T tokens runs as chunked GEMVs.
 func (b *Backend) exactStep(c *kernels.Ctx, T int) bool {
 	cfg := b.cfg
-	return b.opt.ExactVerify && !cfg.QKVBias && len(b.layers) > 0 && b.layers[0].wqkv.s == 0 && T > kernels.GemvMaxM && T <= MaxExactTokens && b.nTiles == 0 && len(b.hostFlat.mask) > 0 &&
+	return !b.opt.FastVerify && !cfg.QKVBias && len(b.layers) > 0 && b.layers[0].wqkv.s == 0 && T > kernels.GemvMaxM && T <= MaxExactTokens && b.nTiles == 0 && len(b.hostFlat.mask) > 0 &&
 		c.GemvFits(kernels.GemvMaxM, cfg.HiddenSize) && c.GemvFits(kernels.GemvMaxM, cfg.QDim()) &&
 		c.GemvFits(kernels.GemvMaxM, cfg.IntermediateSize)
 }

@@ -11,11 +11,11 @@ const (
 	EnvGraphBatched   = "SPECGATE_GRAPH_BATCHED"   // "0": Options.NoGraphBatched
 	EnvDeviceHeads    = "SPECGATE_DEVICE_HEADS"    // "0": Options.NoDeviceHeads
 	EnvHeadsFused     = "SPECGATE_HEADS_FUSED"     // "0": Options.NoHeadsFused
-	EnvExactVerify    = "SPECGATE_EXACT_VERIFY"    // "1": Options.ExactVerify
+	EnvExactVerify    = "SPECGATE_EXACT_VERIFY"    // "0": Options.FastVerify
 )
 
 // withEnv returns o with the environment's switches applied (a switch can
-// only turn a feature off, or, for ExactVerify, trade speed for exactness).
+// only turn a feature off).
 func (o Options) withEnv() Options {
 	off := func(name string) bool { return os.Getenv(name) == "0" }
 	o.NoAttnTile = o.NoAttnTile || off(EnvAttnTile)
@@ -23,6 +23,6 @@ func (o Options) withEnv() Options {
 	o.NoGraphBatched = o.NoGraphBatched || off(EnvGraphBatched)
 	o.NoDeviceHeads = o.NoDeviceHeads || off(EnvDeviceHeads)
 	o.NoHeadsFused = o.NoHeadsFused || off(EnvHeadsFused)
-	o.ExactVerify = o.ExactVerify || os.Getenv(EnvExactVerify) == "1"
+	o.FastVerify = o.FastVerify || off(EnvExactVerify)
 	return o
 }

@@ -16,17 +16,20 @@ func TestOptionsWithEnv(t *testing.T) {
 	if o := (Options{}).withEnv(); o.NoAttnTile || !o.NoDeviceSampling || o.NoGraphBatched {
 		t.Fatalf("withEnv: %+v", o)
 	}
-	if o := (Options{}).withEnv(); o.NoDeviceHeads || o.NoHeadsFused || o.ExactVerify {
+	if o := (Options{}).withEnv(); o.NoDeviceHeads || o.NoHeadsFused || o.FastVerify {
 		t.Fatalf("withEnv without heads/exact switches: %+v", o)
 	}
 	t.Setenv(EnvDeviceHeads, "0")
 	t.Setenv(EnvHeadsFused, "0")
-	t.Setenv(EnvExactVerify, "1")
-	if o := (Options{}).withEnv(); !o.NoDeviceHeads || !o.NoHeadsFused || !o.ExactVerify {
+	t.Setenv(EnvExactVerify, "0")
+	if o := (Options{}).withEnv(); !o.NoDeviceHeads || !o.NoHeadsFused || !o.FastVerify {
 		t.Fatalf("withEnv with heads/exact switches: %+v", o)
 	}
-	t.Setenv(EnvExactVerify, "0")
-	if o := (Options{ExactVerify: true}).withEnv(); !o.ExactVerify {
-		t.Fatalf("withEnv dropped Options.ExactVerify: %+v", o)
+	t.Setenv(EnvExactVerify, "1")
+	if o := (Options{FastVerify: true}).withEnv(); !o.FastVerify {
+		t.Fatalf("withEnv dropped Options.FastVerify: %+v", o)
+	}
+	if o := (Options{}).withEnv(); o.FastVerify {
+		t.Fatalf("SPECGATE_EXACT_VERIFY=1 set FastVerify: %+v", o)
 	}
 }
