@@ -117,20 +117,7 @@ func (h *HNSW) Remove(_ context.Context, namespace, id string) error {
 // Search returns up to k live matches of namespace, best first, with
 // EfSearchFor(namespace).
 func (h *HNSW) Search(ctx context.Context, namespace string, v []float32, k int) ([]Match, error) {
-	if len(v) != h.cfg.Dim {
-		return nil, fmt.Errorf("hnsw: search: %w: got %d, want %d", ErrDim, len(v), h.cfg.Dim)
-	}
-	g, err := h.graphFor(namespace, false)
-	if err != nil || g == nil || k <= 0 {
-		return nil, err
-	}
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	ef := h.cfg.EfSearch
-	if ef == 0 {
-		ef = efSearchBySize(len(g.nodes))
-	}
-	return g.search(v, k, max(ef, k)), nil
+	return h.SearchEf(ctx, namespace, v, k, 0)
 }
 
 // EfSearchFor is the candidate-list size Search uses for namespace now.
@@ -165,7 +152,8 @@ func efSearchBySize(n int) int {
 	}
 }
 
-// SearchEf is Search with an explicit candidate-list size (at least k).
+// SearchEf is Search with an explicit candidate-list size (at least k);
+// ef <= 0 takes the default, EfSearchFor(namespace).
 func (h *HNSW) SearchEf(_ context.Context, namespace string, v []float32, k, ef int) ([]Match, error) {
 	if len(v) != h.cfg.Dim {
 		return nil, fmt.Errorf("hnsw: search: %w: got %d, want %d", ErrDim, len(v), h.cfg.Dim)
@@ -176,6 +164,12 @@ func (h *HNSW) SearchEf(_ context.Context, namespace string, v []float32, k, ef 
 	}
 	g.mu.RLock()
 	defer g.mu.RUnlock()
+	if ef <= 0 {
+		ef = h.cfg.EfSearch
+	}
+	if ef <= 0 {
+		ef = efSearchBySize(len(g.nodes))
+	}
 	return g.search(v, k, max(ef, k)), nil
 }
 
