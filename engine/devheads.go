@@ -105,26 +105,5 @@ func argmaxBuf(it *BatchItem, rows int) []int32 {
 // over the rows' argmax tokens: argmax[0] is the target's token after the
 // pending token, argmax[j+1] after node j.
 func verifyArgmax(toks, parents, argmax []int32) verdict {
-	kids := make([][]int, len(toks)+1)
-	for i, p := range parents {
-		kids[p+1] = append(kids[p+1], i)
-	}
-	var out verdict
-	v := -1
-	for {
-		t := argmax[v+1]
-		next := -1
-		for _, c := range kids[v+1] {
-			if toks[c] == t {
-				next = c
-				break
-			}
-		}
-		if next < 0 {
-			out.bonus = t
-			return out
-		}
-		out.path = append(out.path, next)
-		v = next
-	}
+	return walkGreedy(toks, treeKids(parents), func(v int) int32 { return argmax[v+1] })
 }

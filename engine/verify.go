@@ -51,14 +51,7 @@ type verdict struct {
 // when none passes, the bonus is drawn from p.
 func verifyTree(toks, parents []int32, q [][]float32, rows []float32, V int, params SamplingParams,
 	hist []int32, rng *rand.Rand, typ *TypicalAcceptance) verdict {
-	n := len(toks)
-	kids := make([][]int, n+1)
-	for i, p := range parents {
-		kids[p+1] = append(kids[p+1], i)
-	}
-	greedy := params.Temperature <= 0
-	plainArgmax := greedy && params.PresencePenalty == 0 && params.FrequencyPenalty == 0
-	var out verdict
+	kids := treeKids(parents)
 	var path []int32 // accepted tokens (penalties count them)
 	h := func() []int32 {
 		if len(path) == 0 {
@@ -66,29 +59,34 @@ func verifyTree(toks, parents []int32, q [][]float32, rows []float32, V int, par
 		}
 		return append(append(make([]int32, 0, len(hist)+len(path)), hist...), path...)
 	}
+	if params.Temperature <= 0 {
+		if params.PresencePenalty == 0 && params.FrequencyPenalty == 0 {
+			return walkGreedy(toks, kids, func(v int) int32 { return Argmax(rows[(v+1)*V : (v+2)*V]) })
+		}
+		return walkGreedy(toks, kids, func(v int) int32 {
+			if v >= 0 {
+				path = append(path, toks[v])
+			}
+			return Argmax(Probs(rows[(v+1)*V:(v+2)*V], params, h()))
+		})
+	}
+	var out verdict
 	v := -1
 	for {
 		row := rows[(v+1)*V : (v+2)*V]
 		ks := kids[v+1]
 		next := -1
 		var t int32
-		switch {
-		case plainArgmax:
-			t = Argmax(row)
-		case greedy:
-			t = Argmax(Probs(row, params, h()))
-		default:
-			probs := Probs(row, params, h())
-			if typ != nil {
-				next, t = typicalPick(probs, toks, ks, typ, rng)
-				out.approx = out.approx || len(ks) > 0
-				break
-			}
+		probs := Probs(row, params, h())
+		if typ != nil {
+			next, t = typicalPick(probs, toks, ks, typ, rng)
+			out.approx = out.approx || len(ks) > 0
+		} else {
 			next, t = rejectPick(probs, toks, q, ks, rng)
 		}
 		if next < 0 {
 			for _, c := range ks {
-				if toks[c] == t && (greedy || q == nil || q[c] == nil) {
+				if toks[c] == t && (q == nil || q[c] == nil) {
 					next = c
 					break
 				}
@@ -100,6 +98,42 @@ func verifyTree(toks, parents []int32, q [][]float32, rows []float32, V int, par
 		}
 		out.path = append(out.path, next)
 		path = append(path, toks[next])
+		v = next
+	}
+}
+
+// treeKids lists each node's children in index order: kids[v+1] for node
+// v, kids[0] for the root (the pending token).
+func treeKids(parents []int32) [][]int {
+	kids := make([][]int, len(parents)+1)
+	for i, p := range parents {
+		kids[p+1] = append(kids[p+1], i)
+	}
+	return kids
+}
+
+// walkGreedy is the greedy walk over a draft tree (verifyTree, temperature
+// 0; verifyArgmax): at node v (-1: the root) the target's token is
+// target(v), called once per node along the accepted path in order; the
+// walk moves to the first child with that token, else that token is the
+// bonus.
+func walkGreedy(toks []int32, kids [][]int, target func(v int) int32) verdict {
+	var out verdict
+	v := -1
+	for {
+		t := target(v)
+		next := -1
+		for _, c := range kids[v+1] {
+			if toks[c] == t {
+				next = c
+				break
+			}
+		}
+		if next < 0 {
+			out.bonus = t
+			return out
+		}
+		out.path = append(out.path, next)
 		v = next
 	}
 }
