@@ -90,3 +90,56 @@ func TestSlowLeaderDoesNotStallFollowers(t *testing.T) {
 		t.Errorf("%d upstream calls, want 1 (the follower shares the leader's)", c)
 	}
 }
+
+// The same for a local model's stream: the leader's unread stream must not
+// hold the engine's generation, nor so its flight.
+func TestSlowLocalLeaderDoesNotStallFollowers(t *testing.T) {
+	const n = 40000 // one token per byte, ~200 bytes per SSE event: ~8 MB
+	g := &fakeGen{Reply: strings.Repeat("y", n)}
+	m := fakeModel("m", g)
+	m.ContextLength = 2 * n
+	ts := startServer(t, Options{Models: []*LocalModel{m}, Cache: newTestCache(t)})
+	gate, release := gateUntilFollowers(t, ts, 1)
+	g.Gate = gate
+	body := fmt.Sprintf(`{"model":"m","temperature":0,"stream":true,"max_tokens":%d,"messages":[{"role":"user","content":"a long answer"}]}`, n)
+
+	addr := strings.TrimPrefix(ts.URL, "http://")
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", addr, len(body), body)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ts.flights.mu.Lock()
+		k := len(ts.flights.m)
+		ts.flights.mu.Unlock()
+		if k == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the leader's flight never started")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	got := make(chan cacheReply, 1)
+	go func() { got <- post(t, ts.URL+"/v1/chat/completions", "", body, nil) }()
+	release()
+	select {
+	case r := <-got:
+		content := sseContent(t, r.body)
+		t.Logf("follower: %d %s, %d content bytes", r.status, r.xcache, len(content))
+		if r.status != 200 || len(content) != n || strings.Trim(content, "y") != "" {
+			t.Errorf("follower: status %d, %d content bytes, want 200 and %d", r.status, len(content), n)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the follower got no answer in 60 s: the leader's unread stream holds its flight")
+	}
+	if c := g.calls.Load(); c != 1 {
+		t.Errorf("%d generations, want 1 (the follower shares the leader's)", c)
+	}
+}
