@@ -48,43 +48,9 @@ func TestSlowLeaderDoesNotStallFollowers(t *testing.T) {
 	u.gate = gate
 	const body = `{"model":"up","temperature":0,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"a long answer"}]}`
 
-	// The leader: a raw connection that never reads.
-	addr := strings.TrimPrefix(ts.URL, "http://")
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", addr, len(body), body)
-	// Wait until the leader's flight runs, then send the follower.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ts.flights.mu.Lock()
-		n := len(ts.flights.m)
-		ts.flights.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the leader's flight never started")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	got := make(chan cacheReply, 1)
-	go func() { got <- post(t, ts.URL+"/v1/chat/completions", "", body, nil) }()
-	release()
-	select {
-	case r := <-got:
-		content := sseContent(t, r.body)
-		t.Logf("follower: %d %s, %d content bytes", r.status, r.xcache, len(content))
-		if r.status != 200 || len(content) != parts*partLen || strings.Trim(content, "x") != "" {
-			t.Errorf("follower: status %d, %d content bytes, want 200 and %d", r.status, len(content), parts*partLen)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("the follower got no answer in 60 s: the leader's unread stream holds its flight")
+	content := followUnreadLeader(t, ts, body, release)
+	if len(content) != parts*partLen || strings.Trim(content, "x") != "" {
+		t.Errorf("follower: %d content bytes, want %d", len(content), parts*partLen)
 	}
 	if c := u.calls.Load(); c != 1 {
 		t.Errorf("%d upstream calls, want 1 (the follower shares the leader's)", c)
@@ -103,12 +69,29 @@ func TestSlowLocalLeaderDoesNotStallFollowers(t *testing.T) {
 	g.Gate = gate
 	body := fmt.Sprintf(`{"model":"m","temperature":0,"stream":true,"max_tokens":%d,"messages":[{"role":"user","content":"a long answer"}]}`, n)
 
+	content := followUnreadLeader(t, ts, body, release)
+	if len(content) != n || strings.Trim(content, "y") != "" {
+		t.Errorf("follower: %d content bytes, want %d", len(content), n)
+	}
+	if c := g.calls.Load(); c != 1 {
+		t.Errorf("%d generations, want 1 (the follower shares the leader's)", c)
+	}
+}
+
+// followUnreadLeader sends body as a stream's leader on a raw connection
+// with a 4 KiB receive buffer that never reads, waits until its flight
+// runs, then sends body again as a follower, releasing the provider's gate
+// (gateUntilFollowers, set up by the caller) once it joined. It returns the
+// follower's streamed content; it fails the test when the follower gets no
+// 200 answer within 60 s.
+func followUnreadLeader(t *testing.T, ts *testServer, body string, release func()) string {
+	t.Helper()
 	addr := strings.TrimPrefix(ts.URL, "http://")
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
 		t.Fatal(err)
 	}
@@ -133,13 +116,12 @@ func TestSlowLocalLeaderDoesNotStallFollowers(t *testing.T) {
 	case r := <-got:
 		content := sseContent(t, r.body)
 		t.Logf("follower: %d %s, %d content bytes", r.status, r.xcache, len(content))
-		if r.status != 200 || len(content) != n || strings.Trim(content, "y") != "" {
-			t.Errorf("follower: status %d, %d content bytes, want 200 and %d", r.status, len(content), n)
+		if r.status != 200 {
+			t.Fatalf("follower: status %d %s", r.status, r.body)
 		}
+		return content
 	case <-time.After(60 * time.Second):
 		t.Fatal("the follower got no answer in 60 s: the leader's unread stream holds its flight")
 	}
-	if c := g.calls.Load(); c != 1 {
-		t.Errorf("%d generations, want 1 (the follower shares the leader's)", c)
-	}
+	return ""
 }
