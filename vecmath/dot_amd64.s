@@ -1,8 +1,7 @@
 #include "textflag.h"
 
-// The technique of engine/dot_amd64.s (FMA into independent 8-lane
-// accumulators, one horizontal reduction at the end), written for the
-// cache's own vectors; cache/ does not import engine.
+// FMA into independent 8-lane accumulators, one horizontal reduction at the
+// end. dotF32AVX2 is also engine/cpu's dot kernel (vecmath.DotBlocksAVX2).
 
 // func dotF32AVX2(a, b *float32, n int) float32
 //

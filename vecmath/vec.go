@@ -9,6 +9,19 @@ package vecmath
 
 import "math"
 
+// DotBlocksAVX2 returns Σ a[k]·b[k] over k < len(a)&^7 with the AVX2+FMA
+// kernel: four 8-lane accumulators (accumulator j takes the 8-float chunks
+// 4i+j of each 32-float block; the chunks after the last full block go to
+// accumulator 0), reduced as ((y0+y1)+(y2+y3)), low half + high half, then
+// lanes (0+2, 1+3), then lane 0 + lane 1. The caller adds the len(a)&7
+// tail, and must call it only on a CPU with AVX2 and FMA (engine/cpu's dot
+// does, so that both packages run one kernel). a must not be empty and b
+// must hold len(a) values. Small enough to inline: attention scores call it
+// per head and position.
+func DotBlocksAVX2(a, b []float32) float32 {
+	return dotF32AVX2(&a[0], &b[:len(a)][0], len(a)&^7)
+}
+
 // Dot returns the dot product of two equal-length vectors (cosine
 // similarity for L2-normalized ones). It panics if b is shorter than a;
 // only the first len(a) values of b are read.

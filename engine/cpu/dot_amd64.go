@@ -15,9 +15,6 @@ var useAVX512 = useAVX2 && cpu.X86.HasAVX512F
 var hasF16C = cpuidF16C()
 
 //go:noescape
-func dotAVX2(a, b *float32, n int) float32
-
-//go:noescape
 func dot2AVX2(w, x0, x1 *float32, n int) (float32, float32)
 
 //go:noescape

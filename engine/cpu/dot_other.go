@@ -10,7 +10,6 @@ var (
 	hasF16C   = false
 )
 
-func dotAVX2(a, b *float32, n int) float32                  { panic("engine: no AVX2 kernels") }
 func dot2AVX2(w, x0, x1 *float32, n int) (float32, float32) { panic("engine: no AVX2 kernels") }
 func axpyAVX2(y, x *float32, a float32, n int)              { panic("engine: no AVX2 kernels") }
 

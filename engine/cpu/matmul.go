@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/specgate/specgate/safetensors"
+	"github.com/specgate/specgate/vecmath"
 )
 
 // workers is the process-wide pool that runs parallelFor's chunks: a few
@@ -495,16 +496,15 @@ func axpy(y, x []float32, a float32) {
 }
 
 // dot is the float32 dot product of a and b[:len(a)]. With AVX2+FMA
-// (useAVX2) it is dotAVX2 over the first len&^7 elements plus the tail
+// (useAVX2) it is vecmath.DotBlocksAVX2 over the first len&^7 elements plus the tail
 // products added in increasing k; otherwise dotGo. Either way one binary on
 // one machine always computes a given dot with the same operations, which
 // is what batch invariance needs.
 func dot(a, b []float32) float32 {
 	if useAVX2 && len(a) >= 8 {
 		b = b[:len(a)]
-		n := len(a) &^ 7
-		s := dotAVX2(&a[0], &b[0], n)
-		for i := n; i < len(a); i++ {
+		s := vecmath.DotBlocksAVX2(a, b)
+		for i := len(a) &^ 7; i < len(a); i++ {
 			s += a[i] * b[i]
 		}
 		return s
