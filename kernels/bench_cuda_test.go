@@ -116,7 +116,7 @@ func BenchmarkAttention(b *testing.B) {
 			for _, full := range []bool{false, true} {
 				name := fmt.Sprintf("T%d-ctx%d", T, ctx)
 				if full {
-					name += "-fullgrid" // MaxLen unknown: AttnSplits blocks per head
+					name += "-fullgrid" // MaxLen unknown: Tuning.AttnSplits blocks per head
 				}
 				b.Run(name, func(b *testing.B) {
 					err := d.Do(func(c *Ctx) error {

@@ -47,7 +47,7 @@ func BenchmarkGemvI8(b *testing.B) {
 					nw := devBuf(tb, c, randF16(r, s.K, 1), 2)
 					y, _ := c.Alloc(mv.M * s.N * 4)
 					var us float64
-					withI8(mv.v, func() {
+					withI8(c, mv.v, func() {
 						us = timeLaunches(tb, c, max(b.N, 50), func(i int) error {
 							return c.GemvI8(s.kind, ws[i%copies], ss[i%copies], x, 0, nw, 1e-5, y, mv.M, s.N, s.K)
 						})

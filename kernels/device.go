@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,11 +23,6 @@ var sources embed.FS
 // KernelCacheEnv overrides the directory of compiled kernels
 // (default: the user cache dir + /specgate/kernels).
 const KernelCacheEnv = "SPECGATE_KERNEL_CACHE"
-
-// KernelDefinesEnv adds NVRTC options (e.g. "-DGEMV_STAGE_G=4") to the
-// kernel build, for experiments with the tuning macros in llama.cu; they
-// are part of the disk cache key.
-const KernelDefinesEnv = "SPECGATE_KERNEL_DEFINES"
 
 // DevicePtr is a device address (CUdeviceptr). 0 is the null pointer.
 type DevicePtr uintptr
@@ -80,6 +74,8 @@ type Device struct {
 	attnPart, attnCnt DevicePtr
 	fnames            map[Func]string // kernel names, for DebugLaunches errors
 	capturing         bool            // between BeginCapture and EndCapture
+	tune              Tuning          // defaults filled in (OpenTuned, Ctx.SetTuning)
+	ringMaxBlocks     int             // when > 0, caps the ring GEMV grid (tests: many units per warp)
 }
 
 // launchCfg mirrors CUlaunchConfig (cuda.h, 64-bit): grid, block, shared
@@ -107,14 +103,11 @@ type launchAttr struct {
 // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
 const cuLaunchAttributeProgrammaticStreamSerialization = 6
 
-// PDLEnv turns programmatic dependent launch off when set to "0".
-const PDLEnv = "SPECGATE_PDL"
-
 // PDLAvailable reports whether this device and driver can launch kernels
 // with programmatic dependent launch (compute capability 9.0+, cuLaunchKernelEx
-// present) and SPECGATE_PDL is not "0".
+// present) and the device's Tuning.NoPDL is not set.
 func (c *Ctx) PDLAvailable() bool {
-	return c.d.Major >= 9 && cu.cuLaunchKernelEx != 0 && os.Getenv(PDLEnv) != "0"
+	return c.d.Major >= 9 && cu.cuLaunchKernelEx != 0 && !c.d.tune.NoPDL
 }
 
 // SetPDL makes the PDL-aware launchers (Gemv, GemvQKVRope, RopeAppend,
@@ -166,14 +159,22 @@ func (c *Ctx) launchByNamePDL(name string, grid, block Dim3, smem int, args ...u
 // and must only be called from the function passed to Do.
 type Ctx struct{ d *Device }
 
-// Open initialises GPU ordinal, compiles (or loads from cache) the embedded
-// kernels, and starts the worker. Errors wrap ErrNoCUDA when no driver,
-// compiler or device is present.
-func Open(ordinal int) (*Device, error) {
+// Open is OpenTuned with the default Tuning.
+func Open(ordinal int) (*Device, error) { return OpenTuned(ordinal, Tuning{}) }
+
+// OpenTuned initialises GPU ordinal with tuning t (zero values: defaults;
+// an out-of-range knob is an error wrapping ErrBadArg), compiles (or loads
+// from cache) the embedded kernels, and starts the worker. Errors wrap
+// ErrNoCUDA when no driver, compiler or device is present.
+func OpenTuned(ordinal int, t Tuning) (*Device, error) {
+	t, err := t.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	if err := loadLibs(); err != nil {
 		return nil, err
 	}
-	d := &Device{Ordinal: ordinal, reqs: make(chan func(), 1), stopped: make(chan struct{}), funcs: map[string]Func{}}
+	d := &Device{Ordinal: ordinal, reqs: make(chan func(), 1), stopped: make(chan struct{}), funcs: map[string]Func{}, tune: t}
 	d.c = Ctx{d}
 	for i := range d.argp {
 		d.argp[i] = uintptr(unsafe.Pointer(&d.args[i]))
@@ -223,35 +224,19 @@ func (d *Device) worker(initErr chan<- error) {
 	d.release()
 }
 
-// HandoffSpin is how long the GPU worker polls for the next request after
-// one, and how long Do polls for its result, before blocking: a blocked
-// goroutine is woken through the OS scheduler (tens of µs per wake on a
-// VM; two per Do), which a decode loop pays on every step.
-// SPECGATE_GPU_SPIN_US sets it (0: always block). Default 5000 µs (longer
-// than a decode step of a 1B model, so a waiting caller does not park):
-// the spinning costs a core only while requests keep coming. Only with 4
-// or more Ps (spinAllowed): the polling worker holds its P, and with one P
-// the caller could not even run to collect its result.
-var HandoffSpin = time.Duration(envIntDef("SPECGATE_GPU_SPIN_US", 5000)) * time.Microsecond
-
-// spinAllowed reports whether hand-off polling may run now (HandoffSpin > 0
-// and at least 4 Ps, so a polling worker and a polling caller leave the
-// rest of the process room).
-func spinAllowed() bool { return HandoffSpin > 0 && runtime.GOMAXPROCS(0) >= 4 }
-
-func envIntDef(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v >= 0 {
-		return v
-	}
-	return def
-}
+// spinAllowed reports whether hand-off polling for spin (Tuning.HandoffSpin)
+// may run now: spin > 0 and at least 4 Ps, so a polling worker and a
+// polling caller leave the rest of the process room (with one P the
+// caller could not even run to collect its result). The spinning costs a
+// core only while requests keep coming.
+func spinAllowed(spin time.Duration) bool { return spin > 0 && runtime.GOMAXPROCS(0) >= 4 }
 
 // next returns the worker's next request (false once reqs is closed),
-// polling for HandoffSpin before blocking. The worker is locked to its
+// polling for Tuning.HandoffSpin before blocking. The worker is locked to its
 // thread: it must not yield (runtime.Gosched would hand its thread off).
 func (d *Device) next() (func(), bool) {
-	if spinAllowed() {
-		deadline := time.Now().Add(HandoffSpin)
+	if spin := d.tune.HandoffSpin; spinAllowed(spin) {
+		deadline := time.Now().Add(spin)
 		for i := 0; ; i++ {
 			select {
 			case f, ok := <-d.reqs:
@@ -299,7 +284,7 @@ func (d *Device) init() error {
 		return cuErr(r, "cuMemAllocHost(staging)")
 	}
 	d.pin.size = stageBytes
-	img, arch, hit, err := compileModule(d.Major, d.Minor)
+	img, arch, hit, err := compileModule(d.Major, d.Minor, d.tune.KernelDefines)
 	if err != nil {
 		return err
 	}
@@ -383,8 +368,8 @@ func (d *Device) Do(f func(c *Ctx) error) error {
 		done <- err
 	}
 	d.mu.Unlock()
-	if spinAllowed() {
-		deadline := time.Now().Add(HandoffSpin)
+	if spin := d.tune.HandoffSpin; spinAllowed(spin) {
+		deadline := time.Now().Add(spin)
 		for i := 0; ; i++ {
 			select {
 			case err := <-done:
@@ -840,14 +825,15 @@ func Source() string {
 }
 
 // Compile compiles the embedded sources for compute capability major.minor
-// with NVRTC alone (no GPU needed) and returns the image and the target
-// ("sm_XY" cubin, or "compute_XY" PTX when NVRTC lacks the real target).
-// The disk cache is used as in Open.
-func Compile(major, minor int) (img []byte, arch string, err error) {
+// with NVRTC alone (no GPU needed), with the extra NVRTC options defines
+// (Tuning.KernelDefines), and returns the image and the target ("sm_XY"
+// cubin, or "compute_XY" PTX when NVRTC lacks the real target). The disk
+// cache is used as in Open.
+func Compile(major, minor int, defines ...string) (img []byte, arch string, err error) {
 	if err := loadNVRTC(); err != nil {
 		return nil, "", err
 	}
-	img, arch, _, err = compileModule(major, minor)
+	img, arch, _, err = compileModule(major, minor, defines)
 	return img, arch, err
 }
 
@@ -863,9 +849,9 @@ func cacheDir() string {
 }
 
 // compileModule returns a cubin (or PTX) image for compute capability
-// major.minor, from the disk cache when the same source, options and NVRTC
-// version were compiled before.
-func compileModule(major, minor int) (img []byte, arch string, hit bool, err error) {
+// major.minor with the extra options defines, from the disk cache when the
+// same source, options and NVRTC version were compiled before.
+func compileModule(major, minor int, defines []string) (img []byte, arch string, hit bool, err error) {
 	var vmaj, vmin int32
 	nvrtc.nvrtcVersion.call(uintptr(unsafe.Pointer(&vmaj)), uintptr(unsafe.Pointer(&vmin)))
 	src := Source()
@@ -877,7 +863,7 @@ func compileModule(major, minor int) (img []byte, arch string, hit bool, err err
 	var errs []string
 	for _, t := range tries {
 		opts := []string{"--gpu-architecture=" + t.arch, "--std=c++17", "-default-device", "--fmad=true"}
-		opts = append(opts, strings.Fields(os.Getenv(KernelDefinesEnv))...)
+		opts = append(opts, defines...)
 		h := sha256.Sum256([]byte(fmt.Sprintf("%s\x00%v\x00nvrtc%d.%d", src, opts, vmaj, vmin)))
 		path := filepath.Join(cacheDir(), t.arch+"-"+hex.EncodeToString(h[:12])+map[bool]string{true: ".cubin", false: ".ptx"}[t.cubin])
 		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {

@@ -30,11 +30,12 @@ func randScales(r *rand.Rand, n int, K int) []float32 {
 	return s
 }
 
-// withI8 runs f with the int8 GEMV family v selected at batch 1.
-func withI8(v string, f func()) {
-	prev := GemvI8Variant
-	GemvI8Variant = v
-	defer func() { GemvI8Variant = prev }()
+// withI8 runs f with the int8 GEMV family v selected at batch 1 on c's
+// device (on the GPU worker; restored after).
+func withI8(c *Ctx, v string, f func()) {
+	prev := c.d.tune.GemvI8
+	c.d.tune.GemvI8 = v
+	defer func() { c.d.tune.GemvI8 = prev }()
 	f()
 }
 
@@ -77,7 +78,7 @@ func TestGemvI8(t *testing.T) {
 					}
 					const eps = 1e-5
 					run := func(v string, m int, y DevicePtr) []float32 {
-						withI8(v, func() {
+						withI8(c, v, func() {
 							if err := c.GemvI8(kind, dQ, dS, dX, dxr, dnw, eps, y, m, N, K); err != nil {
 								t.Fatal(err)
 							}
@@ -225,7 +226,7 @@ func TestGemvI8QKVRope(t *testing.T) {
 				defer c.SetPDL(prev)
 				for _, v := range []string{GemvShallow, GemvDeep} {
 					o := mk()
-					withI8(v, func() {
+					withI8(c, v, func() {
 						if err := c.GemvI8QKVRope(dQ, dS, dX, 0, dnw, eps, o.qkv, dpos, dsl, dinv, o.kc, o.vc, M, H, nh, nkv, hd); err != nil {
 							t.Fatal(err)
 						}

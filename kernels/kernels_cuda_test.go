@@ -165,11 +165,12 @@ func (g gemvConfig) String() string {
 	return g.variant
 }
 
-// with runs f with this family selected (on the GPU worker; restored after).
-func (g gemvConfig) with(f func()) {
-	pv, pm := GemvVariant, gemvRingMaxBlocks
-	GemvVariant, gemvRingMaxBlocks = g.variant, g.maxBlocks
-	defer func() { GemvVariant, gemvRingMaxBlocks = pv, pm }()
+// with runs f with this family selected on c's device (on the GPU
+// worker; restored after).
+func (g gemvConfig) with(c *Ctx, f func()) {
+	pv, pm := c.d.tune.Gemv, c.d.ringMaxBlocks
+	c.d.tune.Gemv, c.d.ringMaxBlocks = g.variant, g.maxBlocks
+	defer func() { c.d.tune.Gemv, c.d.ringMaxBlocks = pv, pm }()
 	f()
 }
 
@@ -268,7 +269,7 @@ func TestGemv(t *testing.T) {
 							} else {
 								dY2 = poisoned(t, c, outW)
 							}
-							g.with(func() {
+							g.with(c, func() {
 								if err := c.Gemv(kind, dW, dX, dxr, dnw, eps, dY2, 1, N, K); err != nil {
 									t.Fatal(err)
 								}
@@ -279,7 +280,7 @@ func TestGemv(t *testing.T) {
 							}
 							for i := range again {
 								if math.Float32bits(again[i]) != math.Float32bits(got[i]) {
-									t.Fatalf("kind %d N=%d K=%d: GEMV %s differs from %s at %d: %v vs %v", kind, N, K, g, GemvVariant, i, again[i], got[i])
+									t.Fatalf("kind %d N=%d K=%d: GEMV %s differs from %s at %d: %v vs %v", kind, N, K, g, c.d.tune.Gemv, i, again[i], got[i])
 								}
 							}
 							c.Free(dY2)
@@ -855,7 +856,7 @@ func TestGemvQKVRope(t *testing.T) {
 				ref, pre := mk(), mk()
 				tmp := poisoned(t, c, M*N)
 				const eps = 1e-5
-				gemvConfig{GemvDeep, 0}.with(func() {
+				gemvConfig{GemvDeep, 0}.with(c, func() {
 					if err := c.Gemv(GemvNorm, dW, dX, 0, dnw, eps, ref.qkv, M, N, H); err != nil {
 						t.Fatal(err)
 					}
@@ -867,7 +868,7 @@ func TestGemvQKVRope(t *testing.T) {
 				outs := map[string]out{"rope_append_perm": pre}
 				for _, g := range gemvConfigs {
 					o := mk()
-					g.with(func() {
+					g.with(c, func() {
 						if err := c.GemvQKVRope(dWp, dX, 0, dnw, eps, o.qkv, dpos, dsl, dinv, o.kc, o.vc, M, H, nh, nkv, hd); err != nil {
 							t.Fatal(err)
 						}

@@ -3,9 +3,11 @@ package kernels
 import (
 	"errors"
 	"os"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // On a machine without a GPU driver, Open must fail with ErrNoCUDA and not
@@ -55,30 +57,112 @@ func TestCompileSources(t *testing.T) {
 			t.Fatalf("%s: image of %d bytes", arch, len(img))
 		}
 		// Second call: served from the disk cache, identical bytes.
-		img2, _, _, err := compileModule(cc[0], cc[1])
-		if err != nil || string(img2) != string(img) {
-			t.Fatalf("cached image differs (err %v)", err)
+		img2, _, hit, err := compileModule(cc[0], cc[1], nil)
+		if err != nil || !hit || string(img2) != string(img) {
+			t.Fatalf("cached image differs (hit %v, err %v)", hit, err)
 		}
 	}
 }
 
-func TestGemvWarpsEnv(t *testing.T) {
-	for v, want := range map[string]int{"": 8, "8": 8, "4": 4, "2": 2, "auto": 0, "3": 8, "x": 8, "16": 8} {
-		if got := gemvWarpsEnv(v); got != want {
-			t.Errorf("gemvWarpsEnv(%q) = %d, want %d", v, got, want)
-		}
+// WithEnv maps exactly the documented variables; invalid values keep
+// the value it was given.
+func TestTuningWithEnv(t *testing.T) {
+	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
+	base := Tuning{Gemv: GemvDeep, GemvWarps: 4, AttnSplits: 2}
+	if got := base.WithEnv(env(nil)); !reflect.DeepEqual(got, base) {
+		t.Fatalf("empty environment changed %+v to %+v", base, got)
 	}
-}
-
-func TestGemvVariantEnv(t *testing.T) {
-	for _, c := range []struct{ v, deep, want string }{
-		{"", "", GemvShallow}, {"ring", "", GemvRing}, {"deep", "", GemvDeep}, {"shallow", "1", GemvShallow},
-		{"", "1", GemvDeep}, {"", "0", GemvShallow}, {"bogus", "", GemvShallow},
+	for _, c := range []struct {
+		env  map[string]string
+		want Tuning
+	}{
+		{map[string]string{EnvGemv: "ring"}, Tuning{Gemv: GemvRing}},
+		{map[string]string{EnvGemv: "bogus", EnvGemvDeep: "1"}, Tuning{Gemv: GemvDeep}},
+		{map[string]string{EnvGemv: "shallow", EnvGemvDeep: "1"}, Tuning{Gemv: GemvShallow}},
+		{map[string]string{EnvGemvDeep: "0"}, Tuning{}},
+		{map[string]string{EnvGemvI8: "shallow"}, Tuning{GemvI8: GemvShallow}},
+		{map[string]string{EnvGemvI8: "ring"}, Tuning{}},
+		{map[string]string{EnvGemvWarps: "auto"}, Tuning{GemvWarps: GemvWarpsAuto}},
+		{map[string]string{EnvGemvWarps: "4"}, Tuning{GemvWarps: 4}},
+		{map[string]string{EnvGemvWarps: "3"}, Tuning{}},
+		{map[string]string{EnvGemvWarps: "16"}, Tuning{}},
+		{map[string]string{EnvGemvPrefetch: "1", EnvAttnPreload: "0", PDLEnv: "0"},
+			Tuning{GemvPrefetch: true, NoAttnPreload: true, NoPDL: true}},
+		{map[string]string{EnvAttnPreload: "1", PDLEnv: "1", EnvGemvPrefetch: "0"}, Tuning{}},
+		{map[string]string{EnvGemvRingBPS: "2", EnvGemvRingWarps: "4", EnvGemvRingMinK: "4096"},
+			Tuning{GemvRingBlocksPerSM: 2, GemvRingWarps: 4, GemvRingMinK: 4096}},
+		{map[string]string{EnvGemvRingBPS: "9", EnvGemvRingWarps: "1"}, Tuning{}},
+		{map[string]string{EnvAttnSplits: "1", EnvAttnKMin: "128"}, Tuning{AttnSplits: 1, AttnSplitMinKeys: 128}},
+		{map[string]string{EnvAttnSplits: "0", EnvAttnKMin: "x"}, Tuning{}},
+		{map[string]string{EnvHandoffSpinUS: "0"}, Tuning{HandoffSpin: -1}},
+		{map[string]string{EnvHandoffSpinUS: "200"}, Tuning{HandoffSpin: 200 * time.Microsecond}},
+		{map[string]string{EnvHandoffSpinUS: "-5"}, Tuning{}},
+		{map[string]string{KernelDefinesEnv: " -DA=1  -DB=2 "}, Tuning{KernelDefines: []string{"-DA=1", "-DB=2"}}},
 	} {
-		if got := gemvVariantEnv(c.v, c.deep); got != c.want {
-			t.Errorf("gemvVariantEnv(%q, %q) = %q, want %q", c.v, c.deep, got, c.want)
+		if got := (Tuning{}).WithEnv(env(c.env)); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("env %v: %+v, want %+v", c.env, got, c.want)
 		}
 	}
+}
+
+// The zero Tuning is the measured defaults; out-of-range knobs are errors.
+func TestTuningDefaults(t *testing.T) {
+	d, err := (Tuning{}).withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Tuning{Gemv: GemvShallow, GemvI8: GemvDeep, GemvWarps: 8, GemvRingWarps: 8, AttnSplits: 8,
+		AttnSplitMinKeys: 256, HandoffSpin: DefaultHandoffSpin}
+	if !reflect.DeepEqual(d, want) {
+		t.Fatalf("defaults %+v, want %+v", d, want)
+	}
+	if again, err := d.withDefaults(); err != nil || !reflect.DeepEqual(again, d) {
+		t.Fatalf("defaults not a fixed point: %+v, %v", again, err)
+	}
+	for _, bad := range []Tuning{{Gemv: "fast"}, {GemvI8: GemvRing}, {GemvWarps: 3}, {GemvRingBlocksPerSM: 9},
+		{GemvRingWarps: 1}, {GemvRingMinK: -1}, {AttnSplits: 65}, {AttnSplits: -1}, {AttnSplitMinKeys: -4}} {
+		if _, err := bad.withDefaults(); !errors.Is(err, ErrBadArg) {
+			t.Errorf("%+v: err %v, want ErrBadArg", bad, err)
+		}
+	}
+	if _, err := OpenTuned(0, Tuning{GemvWarps: 5}); !errors.Is(err, ErrBadArg) || !strings.Contains(err.Error(), "GemvWarps") {
+		t.Fatalf("OpenTuned with GemvWarps 5: %v", err)
+	}
+}
+
+// Two devices' tunings are independent, and SetTuning changes one only.
+func TestTuningPerDevice(t *testing.T) {
+	a := &Device{tune: mustDefaults(t, Tuning{})}
+	b := &Device{tune: mustDefaults(t, Tuning{AttnSplits: 1, Gemv: GemvDeep})}
+	if a.AttnSplitsFor(4096) != 8 || b.AttnSplitsFor(4096) != 1 {
+		t.Fatalf("AttnSplitsFor(4096): %d, %d", a.AttnSplitsFor(4096), b.AttnSplitsFor(4096))
+	}
+	ca, cb := &Ctx{a}, &Ctx{b}
+	if ca.gemvName("gemv_norm_m", 1, false) != "gemv_norm_s_m1" || cb.gemvName("gemv_norm_m", 1, false) != "gemv_norm_m1" {
+		t.Fatal("GEMV family not per device")
+	}
+	prev, err := ca.SetTuning(Tuning{GemvI8: GemvShallow, HandoffSpin: time.Second})
+	if err != nil || prev.GemvI8 != GemvDeep {
+		t.Fatalf("SetTuning: %+v, %v", prev, err)
+	}
+	if ca.gemvI8Name("gemv_i8_norm", 1) != "gemv_i8_norm_s_m1" || cb.gemvI8Name("gemv_i8_norm", 1) != "gemv_i8_norm_m1" {
+		t.Fatal("int8 GEMV family not per device")
+	}
+	if a.Tuning().HandoffSpin != DefaultHandoffSpin {
+		t.Fatal("SetTuning changed HandoffSpin")
+	}
+	if _, err := ca.SetTuning(Tuning{GemvWarps: 7}); !errors.Is(err, ErrBadArg) || a.Tuning().GemvI8 != GemvShallow {
+		t.Fatalf("bad SetTuning: %v, tuning %+v", err, a.Tuning())
+	}
+}
+
+func mustDefaults(t *testing.T, tu Tuning) Tuning {
+	t.Helper()
+	d, err := tu.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 // Hand-off polling needs spare Ps: with one P the polling GPU worker would
@@ -86,27 +170,28 @@ func TestGemvVariantEnv(t *testing.T) {
 func TestSpinAllowed(t *testing.T) {
 	prev := runtime.GOMAXPROCS(1)
 	defer runtime.GOMAXPROCS(prev)
-	if spinAllowed() {
+	if spinAllowed(DefaultHandoffSpin) {
 		t.Fatal("polls with GOMAXPROCS 1")
 	}
 	runtime.GOMAXPROCS(2)
-	if spinAllowed() {
+	if spinAllowed(DefaultHandoffSpin) {
 		t.Fatal("polls with GOMAXPROCS 2")
 	}
 	runtime.GOMAXPROCS(4)
-	if got, want := spinAllowed(), HandoffSpin > 0; got != want {
-		t.Fatalf("GOMAXPROCS 4: spinAllowed %v, want %v (HandoffSpin %v)", got, want, HandoffSpin)
+	if !spinAllowed(DefaultHandoffSpin) {
+		t.Fatal("GOMAXPROCS 4: no polling with the default spin")
+	}
+	if spinAllowed(-1) {
+		t.Fatal("GOMAXPROCS 4: polls with a negative spin (SPECGATE_GPU_SPIN_US=0)")
 	}
 }
 
 // The ring GEMV is chosen only where its shared memory fits: inputs (4 B
 // per K) plus 64 KiB of ring per 8-warp block.
 func TestUseRingFits(t *testing.T) {
-	prev := GemvVariant
-	GemvVariant = GemvRing
-	defer func() { GemvVariant = prev }()
-	l4 := &Ctx{d: &Device{MaxSmemOptin: 99 << 10}}    // sm_89 opt-in limit
-	h100 := &Ctx{d: &Device{MaxSmemOptin: 227 << 10}} // sm_90
+	ring := mustDefaults(t, Tuning{Gemv: GemvRing})
+	l4 := &Ctx{d: &Device{MaxSmemOptin: 99 << 10, tune: ring}}    // sm_89 opt-in limit
+	h100 := &Ctx{d: &Device{MaxSmemOptin: 227 << 10, tune: ring}} // sm_90
 	for _, c := range []struct {
 		c    *Ctx
 		M, K int
@@ -117,18 +202,16 @@ func TestUseRingFits(t *testing.T) {
 			t.Errorf("smem limit %d, M=%d K=%d: useRing %v, want %v", c.c.d.MaxSmemOptin, c.M, c.K, got, c.want)
 		}
 	}
-	GemvVariant = GemvShallow
+	h100.d.tune.Gemv = GemvShallow
 	if h100.useRing(1, 2048) {
 		t.Error("useRing with the shallow family")
 	}
 }
 
 func TestAttnSplitsFor(t *testing.T) {
-	if AttnSplits != 8 || AttnSplitMinKeys != 256 {
-		t.Skipf("SPECGATE_ATTN_SPLITS/KMIN set: %d/%d", AttnSplits, AttnSplitMinKeys)
-	}
+	d := &Device{tune: mustDefaults(t, Tuning{})}
 	for maxLen, want := range map[int]int{0: 8, -1: 8, 1: 1, 256: 1, 257: 2, 512: 2, 513: 4, 1024: 4, 1025: 8, 2048: 8, 100000: 8} {
-		if got := AttnSplitsFor(maxLen); got != want {
+		if got := d.AttnSplitsFor(maxLen); got != want {
 			t.Errorf("AttnSplitsFor(%d) = %d, want %d", maxLen, got, want)
 		}
 	}

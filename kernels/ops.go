@@ -1,10 +1,6 @@
 package kernels
 
-import (
-	"fmt"
-	"os"
-	"strconv"
-)
+import "fmt"
 
 // Typed launchers for the kernels in llama.cu. All run on the device stream
 // (asynchronous); pointers are device addresses; shapes are row-major.
@@ -29,11 +25,6 @@ const (
 
 var gemvNames = [...]string{"gemv_norm_m", "gemv_resid_m", "gemv_plain_m", "gemv_swiglu_m"}
 
-// GemvPrefetch makes each GEMV block prefetch its weight rows to L2 before
-// loading its inputs (overlapping the two). Off by default: on an H100 it
-// cost 9% of decode speed (docs/cuda.md); SPECGATE_GEMV_PREFETCH=1 turns it on.
-var GemvPrefetch = os.Getenv("SPECGATE_GEMV_PREFETCH") == "1"
-
 // GemvSmem is the dynamic shared memory a GEMV of M tokens over K inputs needs.
 func GemvSmem(M, K int) int { return M * K * 4 }
 
@@ -54,14 +45,14 @@ func (c *Ctx) Gemv(kind GemvKind, W, X, xrow, nw DevicePtr, eps float32, Y Devic
 	if M < 1 || M > GemvMaxM || K%8 != 0 || N <= 0 || (kind == GemvSwiGLU && N%2 != 0) {
 		return fmt.Errorf("gemv kind %d M=%d N=%d K=%d: %w", kind, M, N, K, ErrBadArg)
 	}
-	name := gemvName(gemvNames[kind], M, c.useRing(M, K))
+	name := c.gemvName(gemvNames[kind], M, c.useRing(M, K))
 	f, err := c.Func(name)
 	if err != nil {
 		return err
 	}
 	smem := GemvSmem(M, K)
 	if c.useRing(M, K) {
-		smem = GemvRingSmem(M, K)
+		smem = c.gemvRingSmem(M, K)
 	}
 	if err := c.gemvSmemAttr(name, f, smem); err != nil {
 		return err
@@ -80,7 +71,7 @@ func (c *Ctx) Gemv(kind GemvKind, W, X, xrow, nw DevicePtr, eps float32, Y Devic
 	}
 	grid, upb, threads := c.gemvGrid(units, smem)
 	return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
-		P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), I(upb), I(b2i(GemvPrefetch)))
+		P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), I(upb), I(b2i(c.d.tune.GemvPrefetch)))
 }
 
 // GEMV kernel families. All give the same bits for the same inputs (each
@@ -105,41 +96,16 @@ const (
 	GemvShallow = "shallow"
 )
 
-// GemvVariant is the GEMV family launched: SPECGATE_GEMV=shallow|deep|ring
-// (SPECGATE_GEMV_DEEP=1, the round-3 switch, means deep). Measurements:
-// docs/cuda.md.
-var GemvVariant = gemvVariantEnv(os.Getenv("SPECGATE_GEMV"), os.Getenv("SPECGATE_GEMV_DEEP"))
-
-func gemvVariantEnv(v, deep string) string {
-	switch v {
-	case GemvRing, GemvDeep, GemvShallow:
-		return v
-	}
-	if deep == "1" {
-		return GemvDeep
-	}
-	return GemvShallow
-}
-
-// GemvRingBlocksPerSM caps the ring GEMV's blocks (8 warps) per SM
-// (SPECGATE_GEMV_RING_BPS, 1..8; 0, the default: as many as fit, so all
-// blocks are resident and none waits for a second wave).
-var GemvRingBlocksPerSM = envInt("SPECGATE_GEMV_RING_BPS", 0, 0, 8)
-
-// GemvRingWarps is the ring GEMV's warps per block (SPECGATE_GEMV_RING_WARPS:
-// 2, 4 or 8, default 8).
-var GemvRingWarps = envInt("SPECGATE_GEMV_RING_WARPS", 8, 2, 8)
-
 // GemvRingDepth is the ring GEMV's chunks in flight per lane: shared
 // memory of warps * depth * 512 bytes per block.
 const GemvRingDepth = 16
 
-// GemvRingSmem is the ring GEMV's dynamic shared memory: the inputs plus
-// the slots.
-func GemvRingSmem(M, K int) int { return GemvSmem(M, K) + GemvRingWarps*GemvRingDepth*512 }
+// GemvRingSmem is the ring GEMV's dynamic shared memory with warps warps
+// per block (Tuning.GemvRingWarps): the inputs plus the slots.
+func GemvRingSmem(M, K, warps int) int { return GemvSmem(M, K) + warps*GemvRingDepth*512 }
 
-// gemvRingMaxBlocks, when > 0, caps the ring grid (tests: many units per warp).
-var gemvRingMaxBlocks int
+// gemvRingSmem is GemvRingSmem with this device's ring warps.
+func (c *Ctx) gemvRingSmem(M, K int) int { return GemvRingSmem(M, K, c.d.tune.GemvRingWarps) }
 
 // KernelInfo reports a kernel's registers per thread and how many blocks of
 // threads threads (smem bytes of dynamic shared memory) fit on one SM.
@@ -159,24 +125,22 @@ func (c *Ctx) KernelInfo(name string, threads, smem int) (regs, perSM int, err e
 }
 
 // useRing: the ring kernels serve batch 1 with K a multiple of 256 (at
-// least GemvRingMinK) whose inputs plus ring fit in shared memory.
+// least Tuning.GemvRingMinK) whose inputs plus ring fit in shared memory.
 func (c *Ctx) useRing(M, K int) bool {
 	lim := c.d.MaxSmemOptin
 	if lim <= 0 {
 		lim = 48 << 10
 	}
-	return GemvVariant == GemvRing && M == 1 && K%256 == 0 && K >= GemvRingMinK && GemvRingSmem(M, K)+1024 <= lim
+	t := &c.d.tune
+	return t.Gemv == GemvRing && M == 1 && K%256 == 0 && K >= t.GemvRingMinK && c.gemvRingSmem(M, K)+1024 <= lim
 }
-
-// GemvRingMinK: with the ring family, GEMVs with fewer inputs than this
-// use the deep kernels (SPECGATE_GEMV_RING_MINK, default 0: all).
-var GemvRingMinK = envInt("SPECGATE_GEMV_RING_MINK", 0, 0, 1<<20)
 
 // gemvRingGrid is the ring GEMV's grid for units output units: no more
 // blocks than units need (8 warps each), and no more than fit on the SMs
 // at once (occupancy of f with smem bytes of dynamic shared memory).
 func (c *Ctx) gemvRingGrid(name string, f Func, units, smem int) (grid, threads int, err error) {
-	threads = 32 * GemvRingWarps
+	t := &c.d.tune
+	threads = 32 * t.GemvRingWarps
 	key := fmt.Sprintf("%s#bps%d/%d", name, smem, threads)
 	bps, ok := c.d.funcs[key]
 	if !ok {
@@ -188,47 +152,31 @@ func (c *Ctx) gemvRingGrid(name string, f Func, units, smem int) (grid, threads 
 		c.d.funcs[key] = bps
 	}
 	per := int(bps)
-	if GemvRingBlocksPerSM > 0 {
-		per = min(per, GemvRingBlocksPerSM)
+	if t.GemvRingBlocksPerSM > 0 {
+		per = min(per, t.GemvRingBlocksPerSM)
 	}
-	grid = min((units+GemvRingWarps-1)/GemvRingWarps, max(c.d.SMs, 1)*per) // more warps than units: idle
-	if gemvRingMaxBlocks > 0 {
-		grid = min(grid, gemvRingMaxBlocks)
+	grid = min((units+t.GemvRingWarps-1)/t.GemvRingWarps, max(c.d.SMs, 1)*per) // more warps than units: idle
+	if c.d.ringMaxBlocks > 0 {
+		grid = min(grid, c.d.ringMaxBlocks)
 	}
 	return max(grid, 1), threads, nil
 }
 
 // gemvName is the kernel for prefix ("gemv_norm_m", ...) and M tokens;
 // ring: the ring kernel (useRing).
-func gemvName(prefix string, M int, ring bool) string {
+func (c *Ctx) gemvName(prefix string, M int, ring bool) string {
 	base := prefix[:len(prefix)-2]
 	switch {
 	case ring:
 		return fmt.Sprintf("%s_r_m%d", base, M)
-	case GemvVariant == GemvShallow && M == 1:
+	case c.d.tune.Gemv == GemvShallow && M == 1:
 		return fmt.Sprintf("%s_s_m%d", base, M)
 	}
 	return fmt.Sprintf("%s%d", prefix, M)
 }
 
-// GemvWarps fixes the warps per GEMV block (8, 4 or 2); 0 picks per
-// matrix (see gemvGrid). Default 8: on an H100 the per-matrix choice was
-// slower in decode (816 vs 865 tokens/s, docs/cuda.md).
-// SPECGATE_GEMV_WARPS=8|4|2|auto overrides it, for measurements.
-var GemvWarps = gemvWarpsEnv(os.Getenv("SPECGATE_GEMV_WARPS"))
-
-func gemvWarpsEnv(v string) int {
-	if v == "auto" {
-		return 0
-	}
-	if n, err := strconv.Atoi(v); err == nil && (n == 2 || n == 4 || n == 8) {
-		return n
-	}
-	return 8
-}
-
 // gemvGrid picks units per warp (enough for ~4 waves of 8-warp blocks),
-// warps per block (GemvWarps, or when it is 0: halved from 8 down to 2 while the grid would have fewer
+// warps per block (Tuning.GemvWarps, or with GemvWarpsAuto: halved from 8 down to 2 while the grid would have fewer
 // than 3 blocks per SM and each block's staged inputs, smem bytes, are at
 // most 16 KB: small matrices then spread evenly over the SMs, at the price
 // of more blocks re-reading the inputs), and returns the grid, units per
@@ -237,9 +185,9 @@ func (c *Ctx) gemvGrid(units, smem int) (grid, upb, threads int) {
 	sms := max(c.d.SMs, 1)
 	upw := max(1, (units+sms*32-1)/(sms*32))
 	wpb := 8
-	switch GemvWarps {
+	switch w := c.d.tune.GemvWarps; w {
 	case 8, 4, 2:
-		wpb = GemvWarps
+		wpb = w
 	default:
 		for wpb > 2 && smem <= 16<<10 && (units+wpb*upw-1)/(wpb*upw) < 3*sms {
 			wpb /= 2
@@ -314,14 +262,14 @@ func (c *Ctx) GemvQKVRope(W, X, xrow, nw DevicePtr, eps float32, qkv, pos, slots
 	if M < 1 || M > GemvMaxM || H%8 != 0 || hd%2 != 0 || N <= 0 {
 		return fmt.Errorf("gemv_qkv_rope M=%d H=%d heads %d/%d hd %d: %w", M, H, nh, nkv, hd, ErrBadArg)
 	}
-	name := gemvName("gemv_qkv_rope_m", M, c.useRing(M, H))
+	name := c.gemvName("gemv_qkv_rope_m", M, c.useRing(M, H))
 	f, err := c.Func(name)
 	if err != nil {
 		return err
 	}
 	smem := GemvSmem(M, H)
 	if c.useRing(M, H) {
-		smem = GemvRingSmem(M, H)
+		smem = c.gemvRingSmem(M, H)
 	}
 	if err := c.gemvSmemAttr(name, f, smem); err != nil {
 		return err
@@ -337,7 +285,7 @@ func (c *Ctx) GemvQKVRope(W, X, xrow, nw DevicePtr, eps float32, qkv, pos, slots
 	}
 	grid, upb, threads := c.gemvGrid(N/2, smem)
 	return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
-		append([]uint64{P(W), P(X), P(xrow), P(nw), F(eps), P(qkv), I(N), I(H), I(upb), I(b2i(GemvPrefetch))}, rope...)...)
+		append([]uint64{P(W), P(X), P(xrow), P(nw), F(eps), P(qkv), I(N), I(H), I(upb), I(b2i(c.d.tune.GemvPrefetch))}, rope...)...)
 }
 
 // RopeAppendPerm is RopeAppend reading src [T][(nh+2nkv)*hd] in RopeRows
@@ -395,75 +343,44 @@ type AttnMeta struct {
 	// TokIdx. The others are left to AttnTile.
 	TokIdx DevicePtr
 	// MaxLen, when > 0, bounds every token's key count: the launch then has
-	// only AttnSplitsFor(MaxLen) split blocks per head instead of
-	// AttnSplits (most of which would exit at once at short contexts). The
+	// only Device.AttnSplitsFor(MaxLen) split blocks per head instead of
+	// Tuning.AttnSplits (most of which would exit at once at short contexts). The
 	// bits do not change: a token's split count depends on its own key
 	// count only, and is never above AttnSplitsFor(MaxLen).
 	MaxLen int
 }
 
-// AttnSplitsFor is the split blocks per head a launch needs when no token
-// has more than maxLen keys: ceil(maxLen / AttnSplitMinKeys) rounded up to
-// a power of two (so few distinct launch shapes, e.g. CUDA graphs, exist),
-// at most AttnSplits; AttnSplits when maxLen <= 0.
-func AttnSplitsFor(maxLen int) int {
-	if maxLen <= 0 {
-		return AttnSplits
-	}
-	need := (maxLen + AttnSplitMinKeys - 1) / AttnSplitMinKeys
-	s := 1
-	for s < need && s < AttnSplits {
-		s *= 2
-	}
-	return min(s, AttnSplits)
-}
-
 // AttentionHeadDims are the head sizes the attention kernel is built for.
 var AttentionHeadDims = []int{8, 16, 32, 64, 128, 256}
-
-// Split attention (flash-decoding): a query token with kvlen keys is
-// processed by S = clamp(ceil(kvlen/AttnSplitMinKeys), 1, AttnSplits) blocks
-// per head over contiguous key ranges; the last block of a (token, head)
-// to finish combines the partials in split order. S depends on kvlen only,
-// so a token's output bits do not depend on its batch.
-// SPECGATE_ATTN_SPLITS (default 8; 1 turns splitting off) and
-// SPECGATE_ATTN_KMIN (default 256) set them at start-up. Measured on an H100
-// (docs/cuda.md): splitting pays from ~1k keys (ctx 4096: 61 -> 25 µs) but
-// costs ~3.5 µs of combine latency at 256 keys and multiplies waves at T=8.
-var (
-	AttnSplits       = envInt("SPECGATE_ATTN_SPLITS", 8, 1, 64)
-	AttnSplitMinKeys = envInt("SPECGATE_ATTN_KMIN", 256, 1, 1<<20)
-)
-
-// AttnPreload makes attention read its launch metadata, the first round of
-// cached keys (into registers) and the block's other cached key and value
-// rows (towards L2) before waiting for the QKV kernel (PDL): only the new
-// tokens' rows depend on it. SPECGATE_ATTN_PRELOAD=0 turns it off. Same bits.
-var AttnPreload = os.Getenv("SPECGATE_ATTN_PRELOAD") != "0"
 
 const (
 	attnPartFloats = 2 << 20 // device scratch for split partials (8 MB)
 	attnCntInts    = 32 << 10
 )
 
-func envInt(name string, def, lo, hi int) int {
-	v, err := strconv.Atoi(os.Getenv(name))
-	if err != nil || v < lo || v > hi {
-		return def
-	}
-	return v
-}
-
 // Attention computes out [T][nh*hd] from q in qkv and one layer's caches.
 // Tokens are launched in chunks small enough for the split scratch; chunks
 // run in stream order, so they share it.
+//
+// Split attention (flash-decoding): a query token with kvlen keys is
+// processed by S = clamp(ceil(kvlen/AttnSplitMinKeys), 1, AttnSplits)
+// blocks per head (Tuning) over contiguous key ranges; the last block of a
+// (token, head) to finish combines the partials in split order. S depends
+// on kvlen only, so a token's output bits do not depend on its batch.
+// Measured on an H100 (docs/cuda.md): splitting pays from ~1k keys (ctx
+// 4096: 61 -> 25 µs) but costs ~3.5 µs of combine latency at 256 keys and
+// multiplies waves at T=8. Unless Tuning.NoAttnPreload, attention reads
+// its launch metadata, the first round of cached keys (into registers) and
+// the block's other cached key and value rows (towards L2) before waiting
+// for the QKV kernel (PDL): only the new tokens' rows depend on it. Same
+// bits either way.
 func (c *Ctx) Attention(qkv, out, kc, vc DevicePtr, m AttnMeta, T, nh, nkv, hd int, scale float32) error {
 	switch hd {
 	case 8, 16, 32, 64, 128, 256:
 	default:
 		return fmt.Errorf("attention head_dim %d (want 8, 16, 32, 64, 128 or 256): %w", hd, ErrBadArg)
 	}
-	smax := AttnSplitsFor(m.MaxLen)
+	smax := c.d.AttnSplitsFor(m.MaxLen)
 	tc := min(T, attnPartFloats/(nh*smax*(hd+2)), attnCntInts/nh)
 	if T < 1 || nh < 1 || tc < 1 {
 		return fmt.Errorf("attention T=%d nh=%d hd=%d (split scratch too small): %w", T, nh, hd, ErrBadArg)
@@ -473,8 +390,8 @@ func (c *Ctx) Attention(qkv, out, kc, vc DevicePtr, m AttnMeta, T, nh, nkv, hd i
 		n := min(tc, T-t0)
 		if err := c.launchByNamePDL(name, Dim3{uint32(n), uint32(nh), uint32(smax)}, Dim3{256, 1, 1}, 0,
 			P(qkv), P(out), P(kc), P(vc), P(m.SlotList), P(m.KVOff), P(m.KVLen), P(m.Cached), P(m.MaskOff), P(m.Mask),
-			I(nh), I(nkv), F(scale), I(t0), I(smax), I(AttnSplitMinKeys), P(c.d.attnPart), P(c.d.attnCnt),
-			I(b2i(AttnPreload)), P(m.TokIdx)); err != nil {
+			I(nh), I(nkv), F(scale), I(t0), I(smax), I(c.d.tune.AttnSplitMinKeys), P(c.d.attnPart), P(c.d.attnCnt),
+			I(b2i(!c.d.tune.NoAttnPreload)), P(m.TokIdx)); err != nil {
 			return err
 		}
 	}

@@ -1,9 +1,6 @@
 package kernels
 
-import (
-	"fmt"
-	"os"
-)
+import "fmt"
 
 // Int8 weight-only launchers (llama_i8.cu). A quantized matrix is int8
 // row-major W [N][K] plus one fp32 scale per row S [N] (per output channel:
@@ -11,26 +8,17 @@ import (
 // 16 weights). Activations and accumulation are fp32, as in the fp16 GEMVs,
 // and the kinds, shapes and row orders are theirs.
 
-// GemvI8Variant is the int8 GEMV family at batch 1 (other batch sizes
-// always run the deep kernels), SPECGATE_GEMV_I8=deep|shallow: GemvDeep
-// (the default: 8 chunks of 16 weights per row in flight, 12 for the
-// residual GEMVs) or GemvShallow (as many as a 2048- or 5632-wide row
-// needs, the next unit loaded while one is summed).
-// Measured on an H100 (docs/device-notes.md, int8 call 2): decode 1319
-// tokens/s deep vs 1182-1204 shallow.
-var GemvI8Variant = gemvI8VariantEnv(os.Getenv("SPECGATE_GEMV_I8"))
-
-func gemvI8VariantEnv(v string) string {
-	if v == GemvShallow {
-		return v
-	}
-	return GemvDeep
-}
+// The int8 GEMV family at batch 1 is Tuning.GemvI8 (other batch sizes
+// always run the deep kernels): GemvDeep (the default: 8 chunks of 16
+// weights per row in flight, 12 for the residual GEMVs) or GemvShallow (as
+// many as a 2048- or 5632-wide row needs, the next unit loaded while one
+// is summed). Measured on an H100 (docs/device-notes.md, int8 call 2):
+// decode 1319 tokens/s deep vs 1182-1204 shallow.
 
 var gemvI8Names = [...]string{"gemv_i8_norm", "gemv_i8_resid", "gemv_i8_plain", "gemv_i8_swiglu"}
 
-func gemvI8Name(prefix string, M int) string {
-	if M == 1 && GemvI8Variant == GemvShallow {
+func (c *Ctx) gemvI8Name(prefix string, M int) string {
+	if M == 1 && c.d.tune.GemvI8 == GemvShallow {
 		return prefix + "_s_m1"
 	}
 	return fmt.Sprintf("%s_m%d", prefix, M)
@@ -43,7 +31,7 @@ func (c *Ctx) GemvI8(kind GemvKind, W, S, X, xrow, nw DevicePtr, eps float32, Y 
 		(kind == GemvSwiGLU && N%2 != 0) {
 		return fmt.Errorf("gemv_i8 kind %d M=%d N=%d K=%d (K must be a multiple of 16): %w", kind, M, N, K, ErrBadArg)
 	}
-	name := gemvI8Name(gemvI8Names[kind], M)
+	name := c.gemvI8Name(gemvI8Names[kind], M)
 	f, err := c.Func(name)
 	if err != nil {
 		return err
@@ -72,7 +60,7 @@ func (c *Ctx) GemvI8QKVRope(W, S, X, xrow, nw DevicePtr, eps float32, qkv, pos, 
 	if M < 1 || M > GemvMaxM || H%16 != 0 || hd%2 != 0 || N <= 0 {
 		return fmt.Errorf("gemv_i8_qkv_rope M=%d H=%d heads %d/%d hd %d (H must be a multiple of 16): %w", M, H, nh, nkv, hd, ErrBadArg)
 	}
-	name := gemvI8Name("gemv_i8_qkv_rope", M)
+	name := c.gemvI8Name("gemv_i8_qkv_rope", M)
 	f, err := c.Func(name)
 	if err != nil {
 		return err

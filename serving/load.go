@@ -73,7 +73,9 @@ func Load(mc ModelConfig, o Options) (*Model, error) {
 		lo.KVTokens = mc.KVBlocks * engine.DefaultBlockSize
 	}
 	onGPU := mc.Backend == "cuda" || mc.Backend == "auto"
-	nb, err := cuda.Select(mc.Backend, cuda.Options{}, lo.Threads, func(err error) {
+	// The GPU backend's switches and kernel tuning (SPECGATE_GEMV, ...) come
+	// from the environment here, the serving edge, and nowhere below it.
+	nb, err := cuda.Select(mc.Backend, cuda.Options{}.WithEnv(os.Getenv), lo.Threads, func(err error) {
 		if onGPU {
 			log.Info("no GPU; using the CPU backend", "model", mc.Name, "reason", err.Error())
 		}

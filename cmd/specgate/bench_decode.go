@@ -79,7 +79,7 @@ func runBenchDecode(args []string) error {
 	var gpu *cuda.Backend
 	var err error
 	if *backend == "cuda" || *backend == "auto" {
-		gpu, err = cuda.New(cfg, w, cuda.Options{NumSlots: slots, Random: w == nil, Seed: 1, NoGraphs: !*graphs, NoPDL: !*pdl, TimeSteps: *stepEvents, Quantize: *quantize})
+		gpu, err = cuda.New(cfg, w, cuda.Options{NumSlots: slots, Random: w == nil, Seed: 1, NoGraphs: !*graphs, NoPDL: !*pdl, TimeSteps: *stepEvents, Quantize: *quantize}.WithEnv(os.Getenv))
 		if err != nil && *backend == "cuda" {
 			return err
 		}
@@ -213,7 +213,7 @@ func runBenchDecode(args []string) error {
 			fmt.Printf("device time per step (metadata upload + kernels, events): median %.3f ms, p90 %.3f ms; host and copy-back: %.3f ms of the median wall step\n",
 				dev[len(dev)/2]*1e3, dev[len(dev)*9/10]*1e3, (per[len(per)/2]-dev[len(dev)/2])*1e3)
 		}
-		d := gpu.Device()
+		d, tu := gpu.Device(), gpu.Tuning()
 		rt := make([]float64, 200)
 		for i := range rt {
 			s := time.Now()
@@ -224,20 +224,20 @@ func runBenchDecode(args []string) error {
 		}
 		sort.Float64s(rt)
 		fmt.Printf("GPU worker round trip (empty Do): median %.1f µs, p90 %.1f µs (hand-off spin %v)\n",
-			rt[len(rt)/2]*1e6, rt[len(rt)*9/10]*1e6, kernels.HandoffSpin)
+			rt[len(rt)/2]*1e6, rt[len(rt)*9/10]*1e6, tu.HandoffSpin)
 		g, replays := gpu.Stats()
 		fmt.Printf("device: %s (sm_%d%d, %d SMs), kernels %s, graphs %d, replays %d, device argmax %v, pdl %v\n",
-			d.Name, d.Major, d.Minor, d.SMs, d.Arch, g, replays, am != nil, *pdl && os.Getenv(kernels.PDLEnv) != "0")
-		fmt.Printf("kernels: attention splits <= %d (>= %d keys each), attention preload %v, GEMV %s (ring: depth %d, %d warps/block, blocks/SM cap %d (0 = all that fit); others: warps %d, 0 = per matrix)\n",
-			kernels.AttnSplits, kernels.AttnSplitMinKeys, kernels.AttnPreload, kernels.GemvVariant,
-			kernels.GemvRingDepth, kernels.GemvRingWarps, kernels.GemvRingBlocksPerSM, kernels.GemvWarps)
+			d.Name, d.Major, d.Minor, d.SMs, d.Arch, g, replays, am != nil, *pdl && !tu.NoPDL)
+		fmt.Printf("kernels: attention splits <= %d (>= %d keys each), attention preload %v, GEMV %s, int8 GEMV %s (ring: depth %d, %d warps/block, blocks/SM cap %d (0 = all that fit); others: warps %d, -1 = per matrix)\n",
+			tu.AttnSplits, tu.AttnSplitMinKeys, !tu.NoAttnPreload, tu.Gemv, tu.GemvI8,
+			kernels.GemvRingDepth, tu.GemvRingWarps, tu.GemvRingBlocksPerSM, tu.GemvWarps)
 		if err := d.Do(func(c *kernels.Ctx) error {
 			var b strings.Builder
 			for _, k := range []struct {
 				name          string
 				threads, smem int
-			}{{"gemv_swiglu_r_m1", 32 * kernels.GemvRingWarps, kernels.GemvRingSmem(1, cfg.HiddenSize)},
-				{"gemv_resid_r_m1", 32 * kernels.GemvRingWarps, kernels.GemvRingSmem(1, cfg.IntermediateSize)},
+			}{{"gemv_swiglu_r_m1", 32 * tu.GemvRingWarps, kernels.GemvRingSmem(1, cfg.HiddenSize, tu.GemvRingWarps)},
+				{"gemv_resid_r_m1", 32 * tu.GemvRingWarps, kernels.GemvRingSmem(1, cfg.IntermediateSize, tu.GemvRingWarps)},
 				{"gemv_swiglu_m1", 256, kernels.GemvSmem(1, cfg.HiddenSize)}, {"gemv_resid_m1", 256, kernels.GemvSmem(1, cfg.IntermediateSize)},
 				{"gemv_swiglu_s_m1", 256, kernels.GemvSmem(1, cfg.HiddenSize)}, {"gemv_resid_s_m1", 256, kernels.GemvSmem(1, cfg.IntermediateSize)},
 				{fmt.Sprintf("attention_hd%d", cfg.HeadDim), 256, 0}} {

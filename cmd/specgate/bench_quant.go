@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"os"
 
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/cuda"
@@ -62,7 +63,7 @@ func runBenchQuant(args []string) error {
 		lo := engine.LoadOptions{DisablePrefixCache: true, Quantize: quant, Threads: *threads}
 		switch *backend {
 		case "cuda":
-			lo.NewBackend = cuda.Factory(cuda.Options{})
+			lo.NewBackend = cuda.Factory(cuda.Options{}.WithEnv(os.Getenv))
 		case "cpu":
 		default:
 			return nil, fmt.Errorf("bench-quant: --backend %q: want cuda or cpu", *backend)

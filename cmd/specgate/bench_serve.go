@@ -352,7 +352,7 @@ func startBenchServer(o *benchServeOpts) (string, string, int, *backendTimer, fu
 	}
 	var factory engine.BackendFactory
 	if o.backend == "cuda" || o.backend == "auto" {
-		factory = cuda.Factory(cuda.Options{Random: o.modelDir == "", Seed: o.seed})
+		factory = cuda.Factory(cuda.Options{Random: o.modelDir == "", Seed: o.seed}.WithEnv(os.Getenv))
 	}
 	lo := engine.LoadOptions{KVTokens: kv}
 	if o.modelDir != "" {

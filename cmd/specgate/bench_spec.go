@@ -121,7 +121,7 @@ func runBenchSpec(args []string) error {
 	switch *backend {
 	case "cpu":
 	case "cuda":
-		lo.NewBackend = cuda.Factory(cuda.Options{})
+		lo.NewBackend = cuda.Factory(cuda.Options{}.WithEnv(os.Getenv))
 	default:
 		return fmt.Errorf("bench-spec: --backend %q: want cpu or cuda", *backend)
 	}

@@ -428,7 +428,7 @@ func wlServer(dir, name, backend string, maxDraft int, fixed bool) (string, func
 	lo := engine.LoadOptions{}
 	eo := engine.Options{}
 	if backend == "cuda" {
-		lo.NewBackend = cuda.Factory(cuda.Options{})
+		lo.NewBackend = cuda.Factory(cuda.Options{}.WithEnv(os.Getenv))
 		eo.DecodeSteps = 8 // as serve sets it on the GPU
 	}
 	m, err := engine.Load(dir, lo)

@@ -41,7 +41,7 @@ func BenchmarkMatmulHalfT(b *testing.B) {
 			}
 			c0 := cpuTime()
 			for b.Loop() {
-				matmulJobs(0, x, T, in, mmJob{y, &wm, out})
+				matmulJobs(fan(0), x, T, in, mmJob{y, &wm, out})
 			}
 			b.ReportMetric(float64(cpuTime()-c0)/float64(b.N), "cpu-ns/op")
 		})
@@ -51,14 +51,12 @@ func BenchmarkMatmulHalfT(b *testing.B) {
 // BenchmarkThreadPolicy: the shipped target and draft, one-token decode
 // steps (context 128..192) and 8-token chain forwards (context 128), on one
 // thread and on two threads with matmul passes and attention parallel only
-// from minParallelMACs multiply-adds (2^15: every pass of these models;
+// from Options.MinParallelMACs multiply-adds (2^15: every pass of these models;
 // 2^20, 2^22: only the large ones). Run it several times in a loop to
 // interleave the settings on a shared machine and compare medians. It drives
 // the backend directly (KV slot = position): the engine's Sequence is not
 // reachable from package cpu.
 func BenchmarkThreadPolicy(b *testing.B) {
-	saved := minParallelMACs
-	defer func() { minParallelMACs = saved }()
 	for _, dir := range []string{"../../models/specgate-target", "../../models/specgate-draft"} {
 		if _, err := os.Stat(dir); err != nil {
 			b.Skip(dir, " not present")
@@ -71,14 +69,21 @@ func BenchmarkThreadPolicy(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		bs := map[int]*CPUBackend{}
-		for _, th := range []int{1, 2} {
-			be, err := NewCPUBackend(cfg, w, 512, th)
+		type setting struct {
+			name    string
+			threads int
+			min     int
+		}
+		sets := []setting{{"threads=1", 1, 0}, {"threads=2,min=2^15", 2, 1 << 15}, {"threads=2,min=2^20", 2, 1 << 20},
+			{"threads=2,min=2^22", 2, 1 << 22}, {"threads=2,min=2^25", 2, 1 << 25}}
+		bs := map[string]*CPUBackend{}
+		for _, set := range sets {
+			be, err := New(cfg, w, 512, Options{Threads: set.threads, MinParallelMACs: set.min})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer be.Close()
-			bs[th] = be
+			bs[set.name] = be
 		}
 		slots := func(lo, n int) []int32 {
 			s := make([]int32, n)
@@ -87,16 +92,10 @@ func BenchmarkThreadPolicy(b *testing.B) {
 			}
 			return s
 		}
-		for _, set := range []struct {
-			name    string
-			threads int
-			min     int
-		}{{"threads=1", 1, saved}, {"threads=2,min=2^15", 2, 1 << 15}, {"threads=2,min=2^20", 2, 1 << 20}, {"threads=2,min=2^22", 2, 1 << 22}, {"threads=2,min=2^25", 2, 1 << 25}} {
+		for _, set := range sets {
 			for _, n := range []int{1, 8} {
 				b.Run(fmt.Sprintf("%s/%s/n=%d", dir[len("../../models/"):], set.name, n), func(b *testing.B) {
-					minParallelMACs = set.min
-					defer func() { minParallelMACs = saved }()
-					be := bs[set.threads]
+					be := bs[set.name]
 					ctx := make([]int32, 128)
 					for i := range ctx {
 						ctx[i] = int32(i*53%8000 + 5)

@@ -45,7 +45,7 @@ func BenchmarkMatmulShapes(b *testing.B) {
 					x[i] = float32(i%5) * 0.25
 				}
 				for b.Loop() {
-					matmulJobs(1, x, T, sh.in, mmJob{y, &wm, sh.out})
+					matmulJobs(fan(1), x, T, sh.in, mmJob{y, &wm, sh.out})
 				}
 				b.ReportMetric(float64(b.N*T*sh.in*sh.out)/b.Elapsed().Seconds()/1e9, "GMAC/s")
 			})

@@ -22,7 +22,7 @@ type CPUBackend struct {
 	embed    model.Tensor // w.Embed, rows widened per token
 	norm     []float32    // w.Norm as float32
 	numSlots int
-	threads  int
+	par      fanout      // Options.Threads (filled in) and Options.MinParallelMACs
 	k, v     [][]float32 // [layer][slot*KVDim + head*HeadDim + d]
 	invFreq  []float32   // [HeadDim/2]
 	layers   []cpuLayer
@@ -46,8 +46,36 @@ type cpuScratch struct {
 
 var _ backend.Backend = (*CPUBackend)(nil)
 
-// NewCPUBackend allocates KV memory for numSlots slots. threads <= 0 means GOMAXPROCS.
+// Options tune a CPU backend. Zero values pick the defaults.
+type Options struct {
+	// Threads is the most threads one matmul or attention pass runs on
+	// (<= 0: GOMAXPROCS).
+	Threads int
+	// MinParallelMACs: passes of fewer multiply-adds run on one thread
+	// (0: DefaultMinParallelMACs; 1: every pass fans out).
+	MinParallelMACs int
+}
+
+// DefaultMinParallelMACs is Options.MinParallelMACs's default: about 0.3
+// ms of one core's FMA work. It keeps batch-1 decoding and verification
+// forwards of up to 8 tokens of the shipped models on one thread (their
+// largest pass, the target's LM head at 8 tokens, is 25M) and spreads
+// prefill: on a shared 2-core machine a fan-out of the smaller passes cost
+// 10-40% more CPU time (BenchmarkThreadPolicy) and made the target's
+// 8-token forward slower (bench engine, 3 runs: 2.35 / 2.46 / 1.90 ms with
+// the big passes on two threads vs 1.87 / 1.88 / 1.73 ms on one;
+// docs/engine.md).
+const DefaultMinParallelMACs = 1 << 25
+
+// NewCPUBackend is New with Options{Threads: threads}.
 func NewCPUBackend(cfg model.Config, w *model.Weights, numSlots, threads int) (*CPUBackend, error) {
+	return New(cfg, w, numSlots, Options{Threads: threads})
+}
+
+// New allocates KV memory for numSlots slots; o tunes how passes spread
+// over threads (the results do not depend on it: every output row is
+// computed by one thread in a fixed order).
+func New(cfg model.Config, w *model.Weights, numSlots int, o Options) (*CPUBackend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -57,10 +85,13 @@ func NewCPUBackend(cfg model.Config, w *model.Weights, numSlots, threads int) (*
 	if numSlots <= 0 {
 		return nil, fmt.Errorf("engine: CPU backend: %d KV slots: %w", numSlots, model.ErrBadConfig)
 	}
-	if threads <= 0 {
-		threads = runtime.GOMAXPROCS(0)
+	if o.Threads <= 0 {
+		o.Threads = runtime.GOMAXPROCS(0)
 	}
-	b := &CPUBackend{cfg: cfg, w: w, numSlots: numSlots, threads: threads, invFreq: RopeInvFreq(cfg)}
+	if o.MinParallelMACs <= 0 {
+		o.MinParallelMACs = DefaultMinParallelMACs
+	}
+	b := &CPUBackend{cfg: cfg, w: w, numSlots: numSlots, par: fanout{o.Threads, o.MinParallelMACs}, invFreq: RopeInvFreq(cfg)}
 	b.setWeights(true)
 	kvd := cfg.KVDim()
 	for range cfg.NumLayers {
@@ -321,7 +352,7 @@ func (b *CPUBackend) Forward(reqs []*backend.ForwardRequest) error {
 		for t := range T {
 			rmsNorm(s.h[t*H:(t+1)*H], s.x[t*H:(t+1)*H], cl.attnNorm, cfg.RMSNormEps)
 		}
-		matmulJobs(b.threads, s.h, T, H, mmJob{s.q, &cl.q, Q}, mmJob{s.kk, &cl.k, KV}, mmJob{s.vv, &cl.v, KV})
+		matmulJobs(b.par, s.h, T, H, mmJob{s.q, &cl.q, Q}, mmJob{s.kk, &cl.k, KV}, mmJob{s.vv, &cl.v, KV})
 		if cl.bq != nil {
 			addBias(s.q[:T*Q], cl.bq)
 			addBias(s.kk[:T*KV], cl.bk)
@@ -337,16 +368,16 @@ func (b *CPUBackend) Forward(reqs []*backend.ForwardRequest) error {
 			copy(vc[o:o+KV], s.vv[t*KV:(t+1)*KV])
 		}
 		b.attention(attn, s.q, s.att, kc, vc)
-		matmulJobs(b.threads, s.att, T, Q, mmJob{s.o, &cl.o, H})
+		matmulJobs(b.par, s.att, T, Q, mmJob{s.o, &cl.o, H})
 		for i := range s.x[:T*H] {
 			s.x[i] += s.o[i]
 		}
 		for t := range T {
 			rmsNorm(s.h[t*H:(t+1)*H], s.x[t*H:(t+1)*H], cl.mlpNorm, cfg.RMSNormEps)
 		}
-		matmulJobs(b.threads, s.h, T, H, mmJob{s.gate, &cl.gate, I}, mmJob{s.up, &cl.up, I})
+		matmulJobs(b.par, s.h, T, H, mmJob{s.gate, &cl.gate, I}, mmJob{s.up, &cl.up, I})
 		siluMul(s.gate[:T*I], s.up[:T*I])
-		matmulJobs(b.threads, s.gate, T, I, mmJob{s.o, &cl.down, H})
+		matmulJobs(b.par, s.gate, T, I, mmJob{s.o, &cl.down, H})
 		for i := range s.x[:T*H] {
 			s.x[i] += s.o[i]
 		}
@@ -387,7 +418,7 @@ func (b *CPUBackend) Forward(reqs []*backend.ForwardRequest) error {
 	logits := s.logits
 	lmIn, lmRows := b.lmHeadRows(reqs, hn, R)
 	if lmRows > 0 {
-		matmulJobs(b.threads, lmIn, lmRows, H, mmJob{logits, &b.lmHead, V})
+		matmulJobs(b.par, lmIn, lmRows, H, mmJob{logits, &b.lmHead, V})
 	}
 	i, li := 0, 0
 	for _, r := range reqs {
@@ -448,13 +479,11 @@ func (b *CPUBackend) attention(p attnPlan, q, out, kc, vc []float32) {
 	group := NH / cfg.NumKVHeads
 	scale := float32(1 / math.Sqrt(float64(HD)))
 	T := len(p.keys)
-	threads, keys := b.threads, 0
+	keys := 0
 	for _, ks := range p.keys {
 		keys += len(ks)
 	}
-	if 2*keys*NH*HD < minParallelMACs {
-		threads = 1
-	}
+	threads := b.par.threadsFor(2 * keys * NH * HD)
 	if hasAttn512(HD) {
 		// per token and KV head: the scores and softmax of each query head
 		// of the group, then their value sums in one pass over the rows

@@ -72,7 +72,7 @@ func TestGemmReference(t *testing.T) {
 					for i := range y {
 						y[i] = float32(math.NaN()) // every output must be written
 					}
-					matmulJobs(threads, x, T, in, mmJob{y, &wm, out})
+					matmulJobs(fan(threads), x, T, in, mmJob{y, &wm, out})
 					for i, v := range y {
 						tol := float64(in+2)*0x1p-23*mag[i] + 1e-30
 						if d := math.Abs(float64(v) - ref[i]); !(d <= tol) {
@@ -95,7 +95,7 @@ func TestGemmReference(t *testing.T) {
 					}
 					for tt := range T {
 						y1 := make([]float32, out)
-						matmulJobs(threads, x[tt*in:(tt+1)*in], 1, in, mmJob{y1, &wm, out})
+						matmulJobs(fan(threads), x[tt*in:(tt+1)*in], 1, in, mmJob{y1, &wm, out})
 						for o := range out {
 							if math.Float32bits(y1[o]) != math.Float32bits(y[tt*out+o]) {
 								t.Fatalf("shape %v half %v threads %d: token %d row %d: batched %v, alone %v",

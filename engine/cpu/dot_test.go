@@ -78,10 +78,10 @@ func TestMatmulBatchInvariant(t *testing.T) {
 			for _, threads := range []int{1, 3} {
 				for name, wm := range mats {
 					y := make([]float32, T*out)
-					matmulJobs(threads, x, T, in, mmJob{y, &wm, out})
+					matmulJobs(fan(threads), x, T, in, mmJob{y, &wm, out})
 					for tt := range T {
 						y1 := make([]float32, out)
-						matmulJobs(threads, x[tt*in:(tt+1)*in], 1, in, mmJob{y1, &wm, out})
+						matmulJobs(fan(threads), x[tt*in:(tt+1)*in], 1, in, mmJob{y1, &wm, out})
 						for o := range out {
 							if y1[o] != y[tt*out+o] {
 								t.Fatalf("%s shape %v threads %d: token %d row %d: batched %v, alone %v", name, sh, threads, tt, o, y[tt*out+o], y1[o])

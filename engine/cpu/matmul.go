@@ -192,7 +192,7 @@ type mmJob struct {
 // is [T][outDim], all row-major. See matmulJobs.
 func matmulT(threads int, out, x, w []float32, T, in, outDim int) {
 	wm := newWmat(w, outDim, in, false)
-	matmulJobs(threads, x, T, in, mmJob{out: out, w: &wm, n: outDim})
+	matmulJobs(fan(threads), x, T, in, mmJob{out: out, w: &wm, n: outDim})
 }
 
 // matmulJobs runs several matmuls that share the input x ([T][in]) as one
@@ -214,7 +214,7 @@ func matmulT(threads int, out, x, w []float32, T, in, outDim int) {
 // portable: dot's order), so a token's logits do not depend on what it is
 // batched with (speculative verification relies on this for exact greedy
 // equality).
-func matmulJobs(threads int, x []float32, T, in int, jobs ...mmJob) {
+func matmulJobs(p fanout, x []float32, T, in int, jobs ...mmJob) {
 	_ = x[T*in-1]
 	N, packed := 0, true
 	for _, j := range jobs {
@@ -225,7 +225,7 @@ func matmulJobs(threads int, x []float32, T, in int, jobs ...mmJob) {
 		N += j.n
 		packed = packed && j.w.packed()
 	}
-	threads = matmulThreads(threads, T, N, in)
+	threads := p.threadsFor(T * N * in)
 	if packed {
 		NP := 0
 		for _, j := range jobs {
@@ -257,27 +257,23 @@ func matmulJobs(threads int, x []float32, T, in int, jobs ...mmJob) {
 	})
 }
 
-// matmulThreads is the number of threads for a matmul pass of T tokens,
-// N output rows and in columns: one below minParallelMACs multiply-adds
-// (a fan-out costs more than it saves there), else threads (<= 0:
-// GOMAXPROCS).
-func matmulThreads(threads, T, N, in int) int {
-	if T*N*in < minParallelMACs {
+// fanout is how a CPU backend spreads a pass (Options, filled in): over at
+// most threads threads (<= 0: GOMAXPROCS), from minMACs multiply-adds.
+type fanout struct{ threads, minMACs int }
+
+// fan is the fan-out of threads threads with the default threshold (Mat,
+// tests).
+func fan(threads int) fanout { return fanout{threads, DefaultMinParallelMACs} }
+
+// threadsFor is the number of threads for a pass of macs multiply-adds:
+// one below minMACs (a fan-out costs more than it saves there), else
+// threads.
+func (p fanout) threadsFor(macs int) int {
+	if macs < p.minMACs {
 		return 1
 	}
-	return threads
+	return p.threads
 }
-
-// minParallelMACs: matmul passes (and attention) smaller than this many
-// multiply-adds run on one thread (about 0.3 ms of one core's FMA work).
-// 2^25 keeps batch-1 decoding and verification forwards of up to 8 tokens
-// of the shipped models on one thread (their largest pass, the target's
-// LM head at 8 tokens, is 25M) and spreads prefill: on this shared 2-core
-// machine a fan-out of the smaller passes cost 10-40% more CPU time
-// (BenchmarkThreadPolicy) and made the target's 8-token forward slower
-// (bench engine, 3 runs: 2.35 / 2.46 / 1.90 ms with the big passes on two
-// threads vs 1.87 / 1.88 / 1.73 ms on one; docs/engine.md).
-var minParallelMACs = 1 << 25
 
 // gemmFn is one packed kernel (dot_gen.go).
 type gemmFn = func(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)

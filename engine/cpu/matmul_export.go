@@ -27,5 +27,5 @@ func (m *Mat) Cols() int { return m.w.in }
 // GOMAXPROCS). The same kernels and order of operations as the backend's
 // own matmuls.
 func (m *Mat) MulT(threads int, out, x []float32, T int) {
-	matmulJobs(threads, x, T, m.w.in, mmJob{out: out, w: &m.w, n: m.w.out})
+	matmulJobs(fan(threads), x, T, m.w.in, mmJob{out: out, w: &m.w, n: m.w.out})
 }

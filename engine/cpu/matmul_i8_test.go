@@ -58,10 +58,10 @@ func TestGemmInt8(t *testing.T) {
 				for i := range y {
 					y[i] = float32(math.NaN())
 				}
-				matmulJobs(threads, x, T, in, mmJob{y, &wm, out})
+				matmulJobs(fan(threads), x, T, in, mmJob{y, &wm, out})
 				if wm.packed() {
 					yf := make([]float32, T*out)
-					matmulJobs(threads, x, T, in, mmJob{yf, &wf, out})
+					matmulJobs(fan(threads), x, T, in, mmJob{yf, &wf, out})
 					for i := range y {
 						if want := yf[i] * sc[i%out]; math.Float32bits(y[i]) != math.Float32bits(want) {
 							t.Fatalf("shape %v threads %d: out[%d][%d] = %v, float32 kernels on float32(q) times scale %v",
@@ -78,7 +78,7 @@ func TestGemmInt8(t *testing.T) {
 				}
 				for tt := range T {
 					y1 := make([]float32, out)
-					matmulJobs(threads, x[tt*in:(tt+1)*in], 1, in, mmJob{y1, &wm, out})
+					matmulJobs(fan(threads), x[tt*in:(tt+1)*in], 1, in, mmJob{y1, &wm, out})
 					for o := range out {
 						if math.Float32bits(y1[o]) != math.Float32bits(y[tt*out+o]) {
 							t.Fatalf("shape %v threads %d: token %d row %d: batched %v, alone %v", sh, threads, tt, o, y[tt*out+o], y1[o])

@@ -31,7 +31,7 @@ type Options struct {
 	Seed     uint64 // for Random
 	NoGraphs bool   // run small batches eagerly instead of through CUDA graphs
 	NoCUBLAS bool   // large batches through chunked GEMV even when cuBLAS is present
-	NoPDL    bool   // no programmatic dependent launch (also off with SPECGATE_PDL=0)
+	NoPDL    bool   // no programmatic dependent launch (also Tuning.NoPDL)
 	// NoAttnTile computes prefill attention with the per-token kernel
 	// instead of attn_tile (also with SPECGATE_ATTN_TILE=0).
 	NoAttnTile bool
@@ -61,6 +61,10 @@ type Options struct {
 	// Quantize: "" (or "none"/"fp16"): fp16 weights; engine.QuantInt8:
 	// int8 weight-only projections and LM head (quant.go).
 	Quantize string
+	// Tuning is the kernel tuning of the backend's device (GEMV
+	// families, launch shapes, split attention; zero values: the
+	// measured defaults). Each backend opens its own device with it.
+	Tuning kernels.Tuning
 }
 
 type layer struct {
@@ -126,10 +130,9 @@ var _ engine.Backend = (*Backend)(nil)
 
 // New copies w (converted to fp16) onto GPU opt.Device and allocates a KV
 // cache of opt.NumSlots slots. w may be nil when opt.Random is set. The
-// backend keeps no reference to w. The environment's switches
-// (options_env.go) apply here, once.
+// backend keeps no reference to w. New reads no environment: commands
+// that honour the SPECGATE_* switches apply Options.WithEnv first.
 func New(cfg engine.Config, w *engine.Weights, opt Options) (*Backend, error) {
-	opt = opt.withEnv()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -153,7 +156,9 @@ func New(cfg engine.Config, w *engine.Weights, opt Options) (*Backend, error) {
 		return nil, err
 	}
 	opt.Quantize = q
-	dev, err := kernels.Open(opt.Device)
+	tune := opt.Tuning
+	tune.NoPDL = tune.NoPDL || opt.NoPDL
+	dev, err := kernels.OpenTuned(opt.Device, tune)
 	if err != nil {
 		return nil, fmt.Errorf("cuda backend: %w: %w", engine.ErrBackendMissing, err)
 	}

@@ -325,12 +325,12 @@ type graphKey struct {
 	T, R   int
 	argmax bool
 	multi  bool // a DecodeGreedy step: decode_advance first
-	splits int  // attention split blocks per head (kernels.AttnSplitsFor(b.attnMax))
+	splits int  // attention split blocks per head (b.dev.AttnSplitsFor(b.attnMax))
 	heads  int  // the step's draft heads set (heads.go), 0: none
 }
 
 func (b *Backend) runMaybeGraph(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) error {
-	return b.runMaybeGraphKey(c, graphKey{T, R, argmax, false, kernels.AttnSplitsFor(b.attnMax), b.headsKey()}, lay)
+	return b.runMaybeGraphKey(c, graphKey{T, R, argmax, false, b.dev.AttnSplitsFor(b.attnMax), b.headsKey()}, lay)
 }
 
 // runMaybeGraphKey runs one step: from its CUDA graph when the batch is
@@ -475,7 +475,7 @@ func (b *Backend) DecodeGreedy(token, pos int32, cached, slots []int32, out []in
 			return err
 		}
 		for i := 0; i < n; i++ {
-			if err := b.runMaybeGraphKey(c, graphKey{1, 1, true, true, kernels.AttnSplitsFor(b.attnMax), 0}, lay); err != nil {
+			if err := b.runMaybeGraphKey(c, graphKey{1, 1, true, true, b.dev.AttnSplitsFor(b.attnMax), 0}, lay); err != nil {
 				return err
 			}
 		}

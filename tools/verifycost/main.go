@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -70,7 +71,7 @@ func main() {
 		maxT = max(maxT, t)
 	}
 	slots := *ctxLen + maxT + 8
-	be, err := cuda.New(cfg, w, cuda.Options{NumSlots: slots, Random: w == nil, Seed: 1})
+	be, err := cuda.New(cfg, w, cuda.Options{NumSlots: slots, Random: w == nil, Seed: 1}.WithEnv(os.Getenv))
 	if err != nil {
 		log.Fatal(err)
 	}
