@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"sort"
 	"strings"
@@ -23,6 +24,11 @@ type NearMiss struct {
 	Reason   string
 	Response []byte // the stored response bytes (a copy owned by the caller)
 }
+
+// NearMissNoCache is NearMiss.Reason for an answer the cache would have
+// served as a hit to a request that did not read the cache (Cache-Control:
+// no-cache).
+const NearMissNoCache = "no-cache"
 
 // maxNearMissNamespaces bounds the other namespaces one NearMiss searches.
 const maxNearMissNamespaces = 16
@@ -59,7 +65,8 @@ func (c *Cache) tenantNamespaces(tenant string, models []string, skip string, li
 var ErrNearMissBand = errors.New("cache: near-miss band must be in (0, 1]")
 
 // NearMiss returns the best stored answer for req with similarity >= band
-// that is not a hit: from req's own namespace, the same tenant's
+// that is not a hit (or is one, reason NearMissNoCache, when req.NoCache:
+// the request is generated anyway): from req's own namespace, the same tenant's
 // namespaces of req's model with other system prompts or parameters
 // (reason "params"), and the same tenant's namespaces of the other model
 // names in models (reason "model": answers another model gave, e.g. an
@@ -81,6 +88,18 @@ func (c *Cache) NearMiss(ctx context.Context, req *Request, band float32, models
 
 // NearMisses is NearMiss's k best answers, best first (at most one per
 // stored entry).
+//
+// Best is not simply most similar. The embedding scores the whole key, so
+// a question in the same wording about another subject ("Define lucid." for
+// "Define arduous.") often outscores the same subject asked another way
+// ("What does arduous mean?"); as a draft, the other subject's answer is
+// rejected at its first token. So the candidates in the band (up to
+// nearMissPool per namespace) are ranked by how much of the request's
+// distinctive content is in their key: the request's content words (not
+// function words), each weighted by how rare it is among the candidates'
+// keys (a word that every candidate shares, like the wording's "define",
+// says little about which answer fits), summed over the words a candidate
+// shares, as a fraction of the request's total; then by similarity.
 func (c *Cache) NearMisses(ctx context.Context, req *Request, band float32, models []string, k int) ([]NearMiss, error) {
 	if !(band > 0 && band <= 1) {
 		return nil, fmt.Errorf("%w: %v", ErrNearMissBand, band)
@@ -97,12 +116,13 @@ func (c *Cache) NearMisses(ctx context.Context, req *Request, band float32, mode
 	var out []NearMiss
 	nss := append([]string{p.ns}, c.tenantNamespaces(req.Tenant, append([]string{req.Model}, models...), p.ns, maxNearMissNamespaces)...)
 	for _, ns := range nss {
-		ms, err := c.index.Search(ctx, ns, v, max(c.cfg.TopK, k))
+		ms, err := c.index.Search(ctx, ns, v, max(c.cfg.TopK, k, nearMissPool))
 		if err != nil {
 			return nil, fmt.Errorf("cache: near miss: vector search: %w", err)
 		}
+		took := 0
 		for _, m := range ms {
-			if m.Score < band || (len(out) == k && m.Score <= out[k-1].Similarity) {
+			if m.Score < band || took == max(k, nearMissPool) {
 				break
 			}
 			e, err := c.store.Get(ctx, ns, m.ID)
@@ -116,11 +136,17 @@ func (c *Cache) NearMisses(ctx context.Context, req *Request, band float32, mode
 			if ns == p.ns && m.Score >= p.cfg.Threshold {
 				// a hit unless the guard refuses it (Get decided so already
 				// when the caller saw a miss; check again: entries change).
-				if c.cfg.DisableGuard {
-					continue
+				// A request that did not read the cache (Cache-Control:
+				// no-cache) is generated although the cache holds this
+				// answer: it is the closest draft there is.
+				if !c.cfg.DisableGuard {
+					reason = Guard(p.norm, e.Key)
 				}
-				if reason = Guard(p.norm, e.Key); reason == "" {
-					continue
+				if reason == "" || c.cfg.DisableGuard {
+					if !req.NoCache {
+						continue
+					}
+					reason = NearMissNoCache
 				}
 			} else if ns != p.ns {
 				reason = "params"
@@ -128,12 +154,79 @@ func (c *Cache) NearMisses(ctx context.Context, req *Request, band float32, mode
 					reason = "model"
 				}
 			}
+			took++
 			out = append(out, NearMiss{Namespace: ns, ID: e.ID, Key: e.Key, Similarity: m.Score, Reason: reason, Response: e.Response})
-			sort.SliceStable(out, func(a, b int) bool { return out[a].Similarity > out[b].Similarity })
-			if len(out) > k {
-				out = out[:k]
+		}
+	}
+	rankNearMisses(p.norm, out)
+	if len(out) > k {
+		out = out[:k]
+	}
+	return out, nil
+}
+
+// nearMissPool is how many candidates in the band per namespace
+// NearMisses ranks.
+const nearMissPool = 16
+
+// rankNearMisses sorts candidates by their share of query's distinctive
+// content (see NearMisses), then by similarity.
+func rankNearMisses(query string, nms []NearMiss) {
+	if len(nms) < 2 {
+		return
+	}
+	words := func(s string) map[string]bool {
+		m := map[string]bool{}
+		for _, t := range tokenize(s) {
+			if isContent(t) {
+				m[t.stem] = true
+			}
+		}
+		return m
+	}
+	q := words(query)
+	keys := make([]map[string]bool, len(nms))
+	df := map[string]int{}
+	for i := range nms {
+		keys[i] = words(nms[i].Key)
+		for w := range keys[i] {
+			if q[w] {
+				df[w]++
 			}
 		}
 	}
-	return out, nil
+	// idf over the candidates: a word in every key weighs little, one in
+	// a single key much.
+	n := float64(len(nms))
+	idf := func(w string) float64 { return math.Log((n + 1) / float64(df[w]+1)) }
+	total := 0.0
+	for w := range q {
+		total += idf(w)
+	}
+	share := make([]float64, len(nms))
+	if total > 0 {
+		for i, kw := range keys {
+			for w := range kw {
+				if q[w] {
+					share[i] += idf(w)
+				}
+			}
+			share[i] /= total
+		}
+	}
+	idx := make([]int, len(nms))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		if sa, sb := share[idx[a]], share[idx[b]]; sa != sb {
+			return sa > sb
+		}
+		return nms[idx[a]].Similarity > nms[idx[b]].Similarity
+	})
+	sorted := make([]NearMiss, len(nms))
+	for i, j := range idx {
+		sorted[i] = nms[j]
+	}
+	copy(nms, sorted)
 }

@@ -112,3 +112,52 @@ func TestNearMiss(t *testing.T) {
 		t.Fatalf("NearMiss recorded %v hits", got)
 	}
 }
+
+// TestNearMissSubjectFirst: among near misses, the one about the request's
+// subject ranks above a more similar key in the same wording about another
+// subject (whose answer would be rejected as a draft at its first token);
+// a request that does not read the cache (no-cache) gets the answer a hit
+// would have served, reason "no-cache", and one that reads it does not.
+func TestNearMissSubjectFirst(t *testing.T) {
+	f := newFixture(t, cache.DefaultConfig())
+	ctx := context.Background()
+	for _, e := range []struct{ q, a string }{
+		{"Define arduous.", "ARDUOUS"}, {"Define ubiquitous.", "UBIQUITOUS"},
+		{"Tell me what lucid means.", "LUCID"}, {"What is the meaning of candid?", "CANDID"},
+	} {
+		if err := f.c.Put(ctx, user("t", e.q), []byte(e.a), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := user("t", "Define lucid.")
+	// the premise: by similarity alone, another subject's key in the same wording comes first.
+	if nms, err := f.c.NearMisses(ctx, q, 0.3, nil, 4); err != nil || len(nms) < 2 {
+		t.Fatalf("near misses: %+v %v", nms, err)
+	} else {
+		most := nms[0]
+		for _, nm := range nms {
+			if nm.Similarity > most.Similarity {
+				most = nm
+			}
+		}
+		if string(most.Response) == "LUCID" {
+			t.Fatalf("premise: the most similar key is the same subject's (%+v); the test shows nothing", nms)
+		}
+		if string(nms[0].Response) != "LUCID" {
+			t.Fatalf("the same subject's answer does not rank first: %+v", nms)
+		}
+	}
+	// a would-be hit is a near miss only for a request that skips reading the cache.
+	hit := user("t", "Tell me what lucid means!")
+	if l, _ := f.c.Get(ctx, hit); !l.Hit {
+		t.Fatalf("premise: want a hit, got %+v", l)
+	}
+	if nms, _ := f.c.NearMisses(ctx, hit, 0.35, nil, 4); len(nms) > 0 && string(nms[0].Response) == "LUCID" {
+		t.Fatalf("a hit offered as a near miss to a request that reads the cache: %+v", nms)
+	}
+	hit.NoCache = true
+	nm, ok, err := f.c.NearMiss(ctx, hit, 0.35, nil)
+	if err != nil || !ok || string(nm.Response) != "LUCID" || nm.Reason != cache.NearMissNoCache {
+		t.Fatalf("no-cache request: %+v ok=%v err=%v", nm, ok, err)
+	}
+}
