@@ -61,6 +61,7 @@ type Known struct {
 	// most maxSrcRecords records, the least recently used evicted.
 	src  map[srcKey]*srcRecord
 	tick uint64 // advances on every record use (LRU order)
+	trie *trie  // reused by every Propose call (under mu)
 }
 
 // srcKey names a record: a tenant's draft source.
@@ -187,7 +188,11 @@ func (k *Known) Propose(_ context.Context, reqs []engine.ProposeRequest) ([]engi
 		}
 		gained := r.Generated[st.seen:]
 		st.seen = len(r.Generated)
-		t := newTrie()
+		if k.trie == nil {
+			k.trie = newTrie()
+		}
+		t := k.trie
+		t.reset()
 		for j, c := range st.drafts {
 			conf, rej := c.ctl.confirmed, c.ctl.rejects
 			c.ctl.observe(gained)

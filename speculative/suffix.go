@@ -113,6 +113,8 @@ type Suffix struct {
 	nextID  uint32
 	reqs    map[engine.RequestID]*suffixReq
 	evicted int
+	trie    *trie   // reused by every Propose call (under mu)
+	ms      []match // likewise
 }
 
 type answerKey struct {
@@ -227,7 +229,8 @@ func (s *Suffix) Propose(_ context.Context, reqs []engine.ProposeRequest) ([]eng
 	out := make([]engine.Proposal, len(reqs))
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var ms []match
+	ms := s.ms[:0]
+	defer func() { s.ms = ms[:0] }()
 	for i := range reqs {
 		r := &reqs[i]
 		st := s.reqs[r.ID]
@@ -267,7 +270,11 @@ func (s *Suffix) Propose(_ context.Context, reqs []engine.ProposeRequest) ([]eng
 			lmax = max(lmax, m.length)
 		}
 		depth := min(r.MaxDepth, s.cfg.MaxDepth, st.ctl.cap, int(math.Ceil(s.cfg.Alpha*float64(lmax))))
-		t := newTrie()
+		if s.trie == nil {
+			s.trie = newTrie()
+		}
+		t := s.trie
+		t.reset()
 		for _, m := range ms {
 			if m.length < lmax {
 				continue

@@ -124,11 +124,27 @@ type trie struct {
 	depth   []int32
 	count   []float64
 	src     []int // source label of the first continuation that made the node
-	kids    map[uint64]int32
-	root    float64 // total weight of continuations
+	// children as linked lists (most nodes have one or two children; a
+	// map keyed by (parent, token) spent 60% of a Propose call hashing):
+	// kid[i] is node i's first child, next[i] its next sibling, -1 none;
+	// rootKid the first node at depth 1.
+	kid, next []int32
+	rootKid   int32
+	root      float64 // total weight of continuations
+	// best's scratch
+	score []float64
+	idx   []int
+	at    []int32
 }
 
-func newTrie() *trie { return &trie{kids: map[uint64]int32{}} }
+func newTrie() *trie { return &trie{rootKid: -1} }
+
+// reset empties t, keeping its storage (a proposer reuses one trie per
+// call under its lock).
+func (t *trie) reset() {
+	t.tokens, t.parents, t.depth, t.count, t.src = t.tokens[:0], t.parents[:0], t.depth[:0], t.count[:0], t.src[:0]
+	t.kid, t.next, t.rootKid, t.root = t.kid[:0], t.next[:0], -1, 0
+}
 
 // add merges one continuation of weight w, up to maxDepth tokens.
 func (t *trie) add(cont []int32, w float64, maxDepth, src int) {
@@ -138,16 +154,33 @@ func (t *trie) add(cont []int32, w float64, maxDepth, src int) {
 		if d >= maxDepth {
 			break
 		}
-		k := uint64(uint32(p+1))<<32 | uint64(uint32(tok))
-		i, ok := t.kids[k]
-		if !ok {
+		first := &t.rootKid
+		if p >= 0 {
+			first = &t.kid[p]
+		}
+		i := *first
+		last := int32(-1)
+		for i >= 0 && t.tokens[i] != tok {
+			last, i = i, t.next[i]
+		}
+		if i < 0 {
 			i = int32(len(t.tokens))
 			t.tokens = append(t.tokens, tok)
 			t.parents = append(t.parents, p)
 			t.depth = append(t.depth, int32(d+1))
 			t.count = append(t.count, 0)
 			t.src = append(t.src, src)
-			t.kids[k] = i
+			t.kid = append(t.kid, -1)
+			t.next = append(t.next, -1)
+			if last < 0 {
+				if p >= 0 { // first may point into t.kid before the appends
+					t.kid[p] = i
+				} else {
+					t.rootKid = i
+				}
+			} else {
+				t.next[last] = i
+			}
 		}
 		t.count[i] += w
 		p = i
@@ -162,7 +195,8 @@ func (t *trie) best(budget int, minScore float64) (toks, parents []int32, srcs [
 	if n == 0 || budget <= 0 || t.root <= 0 {
 		return nil, nil, nil, nil
 	}
-	score := make([]float64, n)
+	t.score = slices.Grow(t.score[:0], n)[:n]
+	score := t.score
 	for i := range n { // parents precede children in t
 		pc := t.root
 		ps := 1.0
@@ -171,7 +205,7 @@ func (t *trie) best(budget int, minScore float64) (toks, parents []int32, srcs [
 		}
 		score[i] = ps * t.count[i] / pc
 	}
-	idx := make([]int, 0, n)
+	idx := t.idx[:0]
 	for i := range n {
 		if score[i] >= minScore {
 			idx = append(idx, i)
@@ -183,7 +217,9 @@ func (t *trie) best(budget int, minScore float64) (toks, parents []int32, srcs [
 		}
 		return cmp.Compare(t.depth[a], t.depth[b])
 	})
-	at := make([]int32, n)
+	t.idx = idx
+	t.at = slices.Grow(t.at[:0], n)[:n]
+	at := t.at
 	for i := range at {
 		at[i] = -2
 	}
