@@ -175,7 +175,10 @@ func ModelDrafts(mc ModelConfig, otherModels []string, eo *engine.Options) (*Dra
 	// adaptive budget still spends only what pays).
 	eo.MaxDraft = max(eo.MaxDraft, dc.Budget)
 	if dc.Budget == 0 {
-		eo.MaxDraft = max(eo.MaxDraft, 32)
+		// 64: on a GPU a 64-token verification forward costs ~3x one
+		// token's (docs/device-notes.md), so an unchanged predicted file
+		// pays at that length; on the CPU the budget grants ~10.
+		eo.MaxDraft = max(eo.MaxDraft, 64)
 	}
 	if on(dc.Answers) || on(dc.PromptLookup) {
 		s, err := speculative.NewSuffix(speculative.SuffixConfig{MaxBytes: dc.MaxBytes, Policy: dc.Policy,

@@ -45,7 +45,7 @@ type DraftsConfig struct {
 	NearMissBand float32 `yaml:"near_miss_band"`
 	MaxBytes     int64   `yaml:"max_bytes"` // memory for stored answers, all tenants (0 = 64 MiB)
 	Policy       string  `yaml:"policy"`    // their eviction policy (default lru)
-	Budget       int     `yaml:"budget"`    // most draft nodes verified per request and step (0 = 32)
+	Budget       int     `yaml:"budget"`    // most draft nodes verified per request and step (0 = 64)
 }
 
 // SpeculativeConfig selects the proposer.

@@ -16,7 +16,7 @@ const (
 
 // KnownConfig configures a Known proposer. Zero fields take defaults.
 type KnownConfig struct {
-	MaxDepth int // deepest draft token (default 48)
+	MaxDepth int // deepest draft token (default 64)
 	MaxMatch int // longest suffix compared when resynchronising (default 32)
 	// Window is how far past the expected position a lone pending token
 	// may realign the draft when no two-token match exists (default 16).
@@ -25,7 +25,10 @@ type KnownConfig struct {
 
 func (c KnownConfig) withDefaults() KnownConfig {
 	if c.MaxDepth <= 0 {
-		c.MaxDepth = 48
+		// on a GPU a verification forward of 64 tokens costs ~3x one
+		// token's, so a draft that keeps matching (an unchanged file) pays
+		// at this depth; the engine's budget grants what pays.
+		c.MaxDepth = 64
 	}
 	if c.MaxMatch < 2 {
 		c.MaxMatch = 32

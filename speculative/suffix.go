@@ -33,7 +33,8 @@ type SuffixConfig struct {
 	MaxAnswerTokens int
 	// MaxMatch is the longest context suffix compared (default 32).
 	MaxMatch int
-	// MaxDepth is the deepest draft token (default 32).
+	// MaxDepth is the deepest draft token (default 64; Alpha times the
+	// match length, at most MaxMatch, bounds it further).
 	MaxDepth int
 	// Alpha bounds the draft depth by Alpha times the matched length, as
 	// SuffixDecoding's max_spec_factor (default 2).
@@ -67,7 +68,7 @@ func (c SuffixConfig) withDefaults() (SuffixConfig, error) {
 		c.MaxMatch = 32
 	}
 	if c.MaxDepth == 0 {
-		c.MaxDepth = 32
+		c.MaxDepth = 64
 	}
 	if c.Alpha == 0 {
 		c.Alpha = 2

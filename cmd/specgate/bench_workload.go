@@ -214,7 +214,7 @@ func runBenchWorkload(args []string) error {
 	n := fs.Int("n", 12, "items per trace")
 	reps := fs.Int("reps", 3, "repetitions (in-process: each on a fresh server; medians are printed)")
 	only := fs.String("traces", "paraphrase,code-edit,multi-turn", "traces to run")
-	maxDraft := fs.Int("max-draft", 0, "in-process: the engine's per-request draft cap (0: what serve sets for drafts, 32)")
+	maxDraft := fs.Int("max-draft", 0, "in-process: the engine's per-request draft cap (0: what serve sets for drafts, 64)")
 	verbose = fs.Bool("v", false, "print every measured request")
 	fixed := fs.Bool("fixed", false, "in-process: verify every proposed node (engine FixedDraft) instead of the adaptive budget")
 	fs.Usage = func() {
