@@ -92,24 +92,24 @@ func Check(s Spec, hidden, vocab int) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrFormat, err)
 	}
-	c, err := ParseConfig(raw, cfgPath)
+	cfg, err := ParseConfig(raw, cfgPath)
 	if err != nil {
 		return err
 	}
-	if _, err := ParseTree(s.Tree, c); err != nil {
+	if _, err := ParseTree(s.Tree, cfg); err != nil {
 		return err
 	}
 	if s.VocabLimit < 0 {
 		return fmt.Errorf("%w: vocab_limit %d < 0", ErrFormat, s.VocabLimit)
 	}
-	if s.VocabLimit > 0 && c.Specgate.TokenFrequency == "" {
+	if s.VocabLimit > 0 && cfg.Specgate.TokenFrequency == "" {
 		return fmt.Errorf("%s: specgate.token_frequency: missing (needed for vocab_limit %d): %w", cfgPath, s.VocabLimit, ErrFormat)
 	}
 	if hidden == 0 {
-		hidden = c.HiddenSize
+		hidden = cfg.HiddenSize
 	}
 	if vocab == 0 {
-		vocab = c.VocabSize
+		vocab = cfg.VocabSize
 	}
 	wPath := filepath.Join(s.Heads, WeightsFile)
 	if _, err := os.Stat(wPath); errors.Is(err, os.ErrNotExist) {
@@ -132,7 +132,11 @@ func Check(s Spec, hidden, vocab int) error {
 		case strings.HasSuffix(c, ".linear.bias"):
 			want = []int64{int64(hidden)}
 		case strings.HasSuffix(c, ".weight"):
-			want = []int64{int64(vocab), int64(hidden)}
+			rows := vocab
+			if cfg.Specgate.HeadVocab > 0 {
+				rows = cfg.Specgate.HeadVocab // FR-Spec projection (Load checks the frequency file)
+			}
+			want = []int64{int64(rows), int64(hidden)}
 		default:
 			return fmt.Errorf("%s: tensor %q: not a Medusa head parameter: %w", wPath, n, ErrFormat)
 		}

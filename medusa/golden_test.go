@@ -198,3 +198,124 @@ func TestHiddenMismatchFromWeights(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestGoldenFRSpec: heads whose own projections hold only the head_vocab
+// most frequent tokens (FR-Spec, what tools/train/medusa.py's f<L> variants
+// ship). The golden's "ids" (the token of every projection row) were picked
+// by tools/medusa_golden.py from the same token_frequency.json, on its own.
+func TestGoldenFRSpec(t *testing.T) {
+	base := goldenBase(t)
+	dir := "testdata/golden/frspec"
+	hidden, want, shape := readGolden(t, dir)
+	f, err := safetensors.Open(filepath.Join(dir, "golden.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idsF, _, err := f.ReadFloat32("ids")
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	K, rows, N := int(shape[0]), int(shape[1]), int(shape[2])
+	if err := Check(Spec{Heads: dir}, 64, 320); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	for _, limit := range []int{0, N, 20} {
+		h, err := Load(dir, base, LoadOptions{VocabLimit: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Shared || h.NumHeads != K || h.layers != 2 {
+			t.Fatalf("limit %d: shared=%v heads %d layers %d", limit, h.Shared, h.NumHeads, h.layers)
+		}
+		R := h.Rows()
+		if wantR := N; limit > 0 && limit < N {
+			wantR = limit
+			if R != wantR {
+				t.Fatalf("limit %d: %d rows", limit, R)
+			}
+		} else if R != wantR {
+			t.Fatalf("limit %d: %d rows, want %d", limit, R, wantR)
+		}
+		// golden column of each token id
+		col := map[int32]int{}
+		for c, v := range idsF {
+			col[int32(v)] = c
+		}
+		got := h.Logits(hidden, rows, K, nil)
+		worst := 0.0
+		for r := range R {
+			id := h.TokenOf(r)
+			c, ok := col[id]
+			if !ok {
+				t.Fatalf("limit %d: row %d is token %d, not one of the golden's %d rows", limit, r, id, N)
+			}
+			if limit == 0 && int32(idsF[r]) != id {
+				t.Fatalf("row %d is token %d, golden %d", r, id, int32(idsF[r]))
+			}
+			for k := range K {
+				for i := range rows {
+					worst = max(worst, math.Abs(float64(got[(k*rows+i)*R+r]-want[(k*rows+i)*N+c])))
+				}
+			}
+		}
+		t.Logf("vocab limit %d: %d rows, max |go - torch| = %.2e", limit, R, worst)
+		if worst > 1e-4 {
+			t.Fatalf("limit %d: max abs diff %.3e > 1e-4", limit, worst)
+		}
+	}
+}
+
+func TestFRSpecErrors(t *testing.T) {
+	base := goldenBase(t)
+	edit := func(d string, from, to string) {
+		p := filepath.Join(d, "config.json")
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := strings.Replace(string(b), from, to, 1)
+		if s == string(b) {
+			t.Fatalf("config.json has no %q", from)
+		}
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		from, to string
+		is       error
+		wants    []string
+	}{
+		{"rows differ", `"head_vocab": 48`, `"head_vocab": 50`, ErrMismatch, []string{`"0.2.weight"`, "[50 64]"}},
+		{"no frequencies", `"token_frequency": "token_frequency.json",`, ``, ErrFormat, []string{"specgate.head_vocab 48 needs specgate.token_frequency"}},
+		{"more than vocab", `"head_vocab": 48`, `"head_vocab": 400`, ErrMismatch, []string{"specgate.head_vocab 400", "vocab_size 320"}},
+		{"negative", `"head_vocab": 48`, `"head_vocab": -1`, ErrFormat, []string{"specgate.head_vocab -1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := copyDir(t, "testdata/golden/frspec")
+			edit(d, tc.from, tc.to)
+			_, err := Load(d, base, LoadOptions{})
+			if err == nil || !errors.Is(err, tc.is) {
+				t.Fatalf("err = %v, want %v", err, tc.is)
+			}
+			for _, w := range tc.wants {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("err %q does not name %q", err, w)
+				}
+			}
+		})
+	}
+	// head_vocab on heads without projections
+	d := copyDir(t, "testdata/golden/shared")
+	if err := os.WriteFile(filepath.Join(d, "token_frequency.json"), []byte(`{"counts": []}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d, "config.json"), []byte(`{"medusa_num_heads": 2, "medusa_num_layers": 1, "specgate": {"token_frequency": "token_frequency.json", "head_vocab": 10}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(d, base, LoadOptions{}); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "no vocabulary projections") {
+		t.Fatalf("err = %v", err)
+	}
+}

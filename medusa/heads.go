@@ -16,6 +16,11 @@
 //	{head}.{layer}.linear.bias    [hidden]
 //	{head}.{medusa_num_layers}.weight  [vocab][hidden]  (absent: the base lm_head)
 //
+// or [head_vocab][hidden] when config.json's specgate.head_vocab is set: the
+// projection then holds only the head_vocab most frequent tokens of the
+// token_frequency file (FR-Spec; ties by lower id), row r = the r-th of them
+// in token-id order (what tools/train/medusa.py's f<L> variants write);
+//
 // optionally prefixed "medusa_head." (a whole MedusaModel's state dict).
 // Without the final Linear (the reference's first layout) the heads share the
 // base model's lm_head, which is also what LoadOptions.ShareLMHead forces.
@@ -26,7 +31,7 @@
 // token_frequency (a JSON file of per-token counts, for LoadOptions.VocabLimit:
 // FR-Spec-style restriction of the heads' vocabulary to the most frequent
 // tokens), tree (the default candidate tree, Medusa "choices" paths) and
-// nodes (how many of its nodes to use by default).
+// nodes (how many of its nodes to use by default), head_vocab (above).
 package medusa
 
 import (
@@ -36,6 +41,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -72,6 +78,9 @@ type Config struct {
 		TokenFrequency string  `json:"token_frequency"`
 		Tree           [][]int `json:"tree"`
 		Nodes          int     `json:"nodes"`
+		// HeadVocab > 0: the heads' own projections hold HeadVocab rows,
+		// the most frequent tokens of TokenFrequency in id order.
+		HeadVocab int `json:"head_vocab"`
 	} `json:"specgate"`
 }
 
@@ -234,6 +243,21 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 	if cfg.Specgate.ShareLMHead && own != 0 && !opts.ShareLMHead {
 		return nil, fmt.Errorf("%s: specgate.share_lm_head is true but %s has vocabulary projections: %w", cfgPath, wPath, ErrFormat)
 	}
+	HV := cfg.Specgate.HeadVocab
+	if HV > V {
+		return nil, fmt.Errorf("%s: specgate.head_vocab %d > target vocab_size %d: %w", cfgPath, HV, V, ErrMismatch)
+	}
+	if HV > 0 && own == 0 {
+		return nil, fmt.Errorf("%s: specgate.head_vocab %d but %s has no vocabulary projections: %w", cfgPath, HV, wPath, ErrFormat)
+	}
+	projRows := V
+	var fileIDs []int32 // projection row r of the file is token fileIDs[r] (nil: r)
+	if HV > 0 && !h.Shared {
+		projRows = HV
+		if fileIDs, err = frequentTokens(dir, cfg, V, HV); err != nil {
+			return nil, err
+		}
+	}
 	var full [][]float32
 	for i := range cfg.NumHeads {
 		for j := range L {
@@ -250,29 +274,43 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 			h.b[i] = append(h.b[i], b)
 		}
 		if !h.Shared {
-			p, err := read(fmt.Sprintf("%d.%d.weight", i, L), []int64{int64(V), int64(H)})
+			p, err := read(fmt.Sprintf("%d.%d.weight", i, L), []int64{int64(projRows), int64(H)})
 			if err != nil {
 				return nil, err
 			}
 			full = append(full, p)
 		}
 	}
-	if opts.VocabLimit > 0 && opts.VocabLimit < V {
+	if opts.VocabLimit < 0 {
+		return nil, fmt.Errorf("medusa: VocabLimit %d < 0: %w", opts.VocabLimit, ErrFormat)
+	}
+	h.ids = fileIDs
+	if opts.VocabLimit > 0 && opts.VocabLimit < projRows {
+		// the VocabLimit most frequent tokens are a subset of the file's
+		// head_vocab most frequent ones (same order, same ties)
 		ids, err := frequentTokens(dir, cfg, V, opts.VocabLimit)
 		if err != nil {
 			return nil, err
 		}
 		h.ids = ids
-	} else if opts.VocabLimit < 0 {
-		return nil, fmt.Errorf("medusa: VocabLimit %d < 0: %w", opts.VocabLimit, ErrFormat)
 	}
-	rows := func(m []float32) []float32 {
-		if h.ids == nil {
+	// rowOf maps a token id to its row in a stored projection (the target's
+	// lm_head: the id itself; a head_vocab projection: its place in fileIDs).
+	rowOf := func(id int32, shared bool) int {
+		if shared || fileIDs == nil {
+			return int(id)
+		}
+		r, _ := slices.BinarySearch(fileIDs, id) // present: h.ids is a subset of fileIDs
+		return r
+	}
+	rows := func(m []float32, shared bool) []float32 {
+		if h.ids == nil || (!shared && len(h.ids) == len(fileIDs)) {
 			return m
 		}
 		out := make([]float32, len(h.ids)*H)
 		for r, id := range h.ids {
-			copy(out[r*H:(r+1)*H], m[int(id)*H:(int(id)+1)*H])
+			src := rowOf(id, shared)
+			copy(out[r*H:(r+1)*H], m[src*H:(src+1)*H])
 		}
 		return out
 	}
@@ -283,7 +321,7 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 		if len(lm) != V*H {
 			return nil, fmt.Errorf("medusa: target lm_head has %d values, want %d x %d: %w", len(lm), V, H, ErrMismatch)
 		}
-		rl := rows(lm)
+		rl := rows(lm, true)
 		p := engine.NewMat(rl, R, H)
 		for i := range h.proj {
 			h.proj[i] = p
@@ -293,7 +331,7 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 		}
 	} else {
 		for i := range h.proj {
-			r := rows(full[i])
+			r := rows(full[i], false)
 			h.proj[i] = engine.NewMat(r, R, H)
 			h.projRaw = append(h.projRaw, r)
 		}
@@ -333,6 +371,12 @@ func ParseConfig(raw []byte, file string) (Config, error) {
 	}
 	if c.HiddenSize < 0 || c.VocabSize < 0 {
 		return Config{}, fmt.Errorf("%s: hidden_size %d / vocab_size %d: want >= 0: %w", file, c.HiddenSize, c.VocabSize, ErrFormat)
+	}
+	if c.Specgate.HeadVocab < 0 {
+		return Config{}, fmt.Errorf("%s: specgate.head_vocab %d: want >= 0: %w", file, c.Specgate.HeadVocab, ErrFormat)
+	}
+	if c.Specgate.HeadVocab > 0 && c.Specgate.TokenFrequency == "" {
+		return Config{}, fmt.Errorf("%s: specgate.head_vocab %d needs specgate.token_frequency (its rows are the most frequent tokens): %w", file, c.Specgate.HeadVocab, ErrFormat)
 	}
 	if c.Specgate.Tree != nil {
 		if _, err := NewTree(c.Specgate.Tree, c.NumHeads); err != nil {

@@ -17,6 +17,11 @@ Cases:
   shared/  2 heads x 1 layer, no projection (base lm_head), float16 weights, keys prefixed
            "medusa_head." (a whole-model state dict's naming)
   pt/      own/'s heads saved with torch.save as medusa_lm_head.pt (the reference's other format)
+  frspec/  2 heads x 2 distinct blocks, own projections over the N = 48 most frequent tokens of a
+           token_frequency.json (FR-Spec; ties by lower id, rows in id order: specgate's
+           head_vocab), float16 weights; golden.safetensors also holds "ids" (the token of every
+           projection row, as float32), picked here independently of the Go loader.
+  `--only frspec` writes just that case (the others stay byte-identical when all are written).
 """
 import json, os, sys
 import torch
@@ -99,5 +104,37 @@ def main():
     print("golden files written to", out)
 
 
+def frspec(out):
+    """FR-Spec heads: distinct blocks (not the reference's repeated one) and an own projection
+    holding only N rows, the N most frequent tokens of token_frequency.json."""
+    g = torch.Generator().manual_seed(4242)
+    N, K, L = 48, 2, 2
+    # counts with many ties (so the tie rule matters) and some zeros
+    counts = [int(x) for x in torch.randint(0, 12, (V,), generator=g)]
+    ids = sorted(sorted(range(V), key=lambda i: (-counts[i], i))[:N])
+    m = nn.ModuleList([nn.Sequential(*[ResBlock(H) for _ in range(L)], nn.Linear(H, N, bias=False)) for _ in range(K)])
+    randomize(m, g)
+    d = os.path.join(out, "frspec")
+    os.makedirs(d, exist_ok=True)
+    m = m.to(torch.float16)
+    save_file({k: v.detach().contiguous().clone() for k, v in m.state_dict().items()},
+              os.path.join(d, "medusa_lm_head.safetensors"))
+    json.dump({"medusa_num_heads": K, "medusa_num_layers": L, "base_model_name_or_path": "../base",
+               "specgate": {"token_frequency": "token_frequency.json", "head_vocab": N}},
+              open(os.path.join(d, "config.json"), "w"), indent=2)
+    json.dump({"counts": counts}, open(os.path.join(d, "token_frequency.json"), "w"))
+    hidden = torch.randn(5, H, generator=g) * 1.5
+    m64 = m.to(torch.float64)
+    with torch.no_grad():
+        logits = torch.stack([m64[i](hidden.to(torch.float64)) for i in range(K)])
+    save_file({"hidden": hidden.float().contiguous(), "logits": logits.float().contiguous(),
+               "ids": torch.tensor(ids, dtype=torch.float32)}, os.path.join(d, "golden.safetensors"))
+    print("frspec golden written to", d)
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 2 and sys.argv[2:] == ["--only", "frspec"]:
+        frspec(sys.argv[1])
+    else:
+        main()
+        frspec(sys.argv[1])
