@@ -17,6 +17,12 @@ Variants (--variants, trained side by side on the same batches, each with its ow
   s<L>kd   the same with 0.5 CE + 0.5 KL(base distribution at t+k+1 || head) (soft labels).
   o<L>     L ResBlocks + an own trainable Linear(hidden, vocab) per head initialised from the
            lm_head (the reference's current layout; 5 x V x H more parameters): for comparison.
+  f<L>     L ResBlocks + an own trainable Linear(hidden, N) per head over the N = --head-vocab most
+           frequent tokens of the training continuations (FR-Spec; ties by lower id, rows in id
+           order), initialised from those lm_head rows; labels outside them are skipped in the loss
+           and count as misses in the held-out accuracy. Exported with the projection as
+           {head}.{L}.weight [N][hidden] and config specgate.head_vocab = N (package medusa reads
+           the rows as the N most frequent tokens of token_frequency.json).
 The reference builds a head as [ResBlock(H)] * L (one block repeated); we train L distinct blocks
 (keys {head}.{layer}.linear.*, which the reference's state-dict layout holds either way).
 
@@ -59,18 +65,19 @@ class ResBlock(nn.Module):
 
 
 def parse_variant(v):
-    own = v.startswith("o")
+    own = v.startswith("o") or v.startswith("f")
     kd = v.endswith("kd")
     L = int(v[1:-2] if kd else v[1:])
     return own, L, kd
 
 
 def make_heads(K, L, hidden, vocab, lm_head_weight, own):
+    """own: an own projection of lm_head_weight's rows (all of them, or the FR-Spec subset)."""
     mods = []
     for _ in range(K):
         layers = [ResBlock(hidden) for _ in range(L)]
         if own:
-            lin = nn.Linear(hidden, vocab, bias=False)
+            lin = nn.Linear(hidden, lm_head_weight.size(0), bias=False)
             lin.weight.data[:] = lm_head_weight
             layers.append(lin)
         mods.append(nn.Sequential(*layers))
@@ -149,6 +156,8 @@ def main():
     ap.add_argument("--save-gen", default="", help="torch.save the generated ids here (for distill_gen.py)")
     ap.add_argument("--tree-nodes", type=int, default=64)
     ap.add_argument("--max-rank", type=int, default=10)
+    ap.add_argument("--head-vocab", type=int, default=2048, help="rows of the f<L> variants' own projection")
+    ap.add_argument("--eval-every", type=int, default=500)
     a = ap.parse_args()
     t0 = time.time()
     dev = "cuda"
@@ -319,13 +328,23 @@ def main():
     pos = torch.arange(St.size(1), device=dev)[None, :]
     genmask = (pos >= Pt[:, None]) & (pos < Et[:, None]) & ~Smt[:, None]
     counts = torch.bincount(St[genmask], minlength=V).tolist()
+    # FR-Spec rows: the head_vocab most frequent tokens (ties by lower id), in id order: what
+    # medusa.frequentTokens picks from token_frequency.json.
+    NV = min(a.head_vocab, V)
+    fr_ids = sorted(sorted(range(V), key=lambda i: (-counts[i], i))[:NV])
+    fr_ids_t = torch.tensor(fr_ids, device=dev)
+    row_of = torch.full((V,), -1, dtype=torch.int64, device=dev)
+    row_of[fr_ids_t] = torch.arange(NV, device=dev)
+    cover = sum(counts[i] for i in fr_ids) / max(1, sum(counts))
+    print(f"FR-Spec rows: the {NV} most frequent tokens cover {cover:.4f} of the greedy training continuations", flush=True)
 
     K = a.heads
     names = [v.strip() for v in a.variants.split(",") if v.strip()]
     variants = {}
     for v in names:
         own, L, kd = parse_variant(v)
-        variants[v] = make_heads(K, L, H, V, lm_w, own).to(dev)
+        fr = v.startswith("f")
+        variants[v] = make_heads(K, L, H, V, lm_w[fr_ids_t] if fr else lm_w, own).to(dev)
     opts = {k: torch.optim.AdamW(m.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0) for k, m in variants.items()}
     weights = [0.8 ** k for k in range(K)]
 
@@ -346,6 +365,7 @@ def main():
         """Per-head losses (detached when train: each head's weighted loss is back-propagated at
         once, so only one head's graph is alive at a time) and, with want_rank, the label's rank."""
         own, L, kd = parse_variant(v)
+        fr = v.startswith("f")
         m = variants[v]
         out, ranks = [], []
         for k in range(K):
@@ -353,10 +373,13 @@ def main():
             T = hid.size(1)
             h = hid[:, : T - k - 2][mk]
             y = lab[:, k + 1: T - 1][mk]
+            if fr:
+                y = row_of[y]  # -1: the label is not among the head's rows (skipped; a miss)
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 lg = head_out(m, own, k, h)
             lg = lg.float()
-            loss = F.cross_entropy(lg, y)
+            # mean over the labels a head can express (all of them unless FR-Spec rows); never NaN
+            loss = F.cross_entropy(lg, y, ignore_index=-1, reduction="sum") / (y >= 0).sum().clamp(min=1)
             if kd:
                 tp = F.log_softmax(blog[:, k + 1: T - 1][mk], -1)
                 loss = 0.5 * loss + 0.5 * F.kl_div(F.log_softmax(lg, -1), tp, log_target=True, reduction="batchmean")
@@ -365,8 +388,11 @@ def main():
                 loss = loss.detach()
             out.append(loss)
             if want_rank:
-                ly = lg.gather(1, y[:, None])
-                ranks.append((lg > ly).sum(1))
+                ly = lg.gather(1, y.clamp(min=0)[:, None])
+                rk = (lg > ly).sum(1)
+                if fr:
+                    rk = torch.where(y < 0, torch.full_like(rk, 10 ** 6), rk)
+                ranks.append(rk)
         return out, ranks
 
     @torch.no_grad()
@@ -435,7 +461,7 @@ def main():
         step += 1
         el = time.time() - t1
         if step % 10 == 0:
-            ev = {v: evaluate(v, limit=1024)[0] for v in variants} if step % 500 == 0 else None
+            ev = {v: evaluate(v, limit=1024)[0] for v in variants} if step % a.eval_every == 0 else None
             for v in variants:
                 w.writerow([step, v] + [f"{x:.4f}" for x in ema[v]] +
                            ([f"{r['acc1']:.4f}" for r in ev[v]] if ev else [""] * K) + [f"{el:.1f}"])
@@ -471,20 +497,25 @@ def main():
                "before": before, "after": after,
                "expected_tau": {v: {str(n): trees[v][1][n - 1] for n in range(1, len(trees[v][1]) + 1)} for v in variants},
                "expected_tau_every_path_top_rank": {v: ceilings[v] for v in variants}, "max_rank": a.max_rank,
+               "head_vocab": NV, "head_vocab_coverage": cover,
                "gpu": torch.cuda.get_device_name()}
     json.dump(summary, open(os.path.join(W, "summary.json"), "w"), indent=2)
     for v in variants:
         own, L, kd = parse_variant(v)
-        if own:
+        fr = v.startswith("f")
+        if own and not fr:
             continue
         od = os.path.join(W_out, v)
         os.makedirs(od, exist_ok=True)
         sd = {k: t.detach().to(torch.float16).contiguous().clone() for k, t in variants[v].state_dict().items()}
         save_file(sd, os.path.join(od, "medusa_lm_head.safetensors"), metadata={"format": "pt"})
+        sg = {"share_lm_head": not fr, "token_frequency": "token_frequency.json"}
+        if fr:
+            sg["head_vocab"] = NV
+        sg.update({"tree": trees[v][0], "nodes": min(16, len(trees[v][0]))})
         cfg = {"architectures": ["MedusaModel"], "medusa_num_heads": K, "medusa_num_layers": L,
                "base_model_name_or_path": a.base_name, "hidden_size": H, "vocab_size": V, "torch_dtype": "float16",
-               "specgate": {"share_lm_head": True, "token_frequency": "token_frequency.json",
-                            "tree": trees[v][0], "nodes": min(16, len(trees[v][0]))}}
+               "specgate": sg}
         json.dump(cfg, open(os.path.join(od, "config.json"), "w"), indent=2)
         json.dump({"source": f"greedy continuations of the training prompts by {a.base_name}", "counts": counts},
                   open(os.path.join(od, "token_frequency.json"), "w"))
