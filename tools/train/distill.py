@@ -13,7 +13,7 @@ import argparse, csv, json, math, os, random, subprocess, sys, time
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tokenizers import Tokenizer
+from corpus import corpus_streams
 from transformers import GenerationConfig, LlamaForCausalLM
 
 RS = "\n\x1e\n"
@@ -34,22 +34,7 @@ def main():
     t0 = time.time()
     dev = "cuda"
     torch.manual_seed(5)
-    raw = os.path.join(a.work, "raw")
-    os.makedirs(raw, exist_ok=True)
-    subprocess.check_call(["tar", "xJf", os.path.abspath(a.corpus), "-C", raw])
-    docs = [d for n in ("go", "english", "chat") for d in open(os.path.join(raw, n + ".txt"), encoding="utf-8").read().split(RS)]
-    random.Random(11).shuffle(docs)
-    tok = Tokenizer.from_file(os.path.join(a.target, "tokenizer.json"))
-    bos, eot = tok.token_to_id("<|begin_of_text|>"), tok.token_to_id("<|end_of_text|>")
-    enc = tok.encode_batch(docs, add_special_tokens=False)
-    n_val = max(50, len(docs) // 100)
-
-    def stream(es):
-        out = []
-        for e in es:
-            out.append(bos); out.extend(e.ids); out.append(eot)
-        return torch.tensor(out, dtype=torch.int64, device=dev)
-    train, val = stream(enc[n_val:]), stream(enc[:n_val])
+    train, val, tok, bos, eot = corpus_streams(a.corpus, a.work, a.target, dev)
     print(f"tokens train {len(train)/1e6:.1f}M val {len(val)/1e6:.2f}M {time.time()-t0:.0f}s", flush=True)
     teacher = LlamaForCausalLM.from_pretrained(a.target, dtype=torch.bfloat16).to(dev).eval()
     student = LlamaForCausalLM.from_pretrained(a.draft, dtype=torch.float32).to(dev)
