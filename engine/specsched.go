@@ -302,6 +302,9 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 			}
 		}
 	}
+	// a lone greedy request's drafts must beat its multi-step rate
+	// (multistep_floor.go)
+	floor := e.plainFloor(reqs[0], len(reqs) == 1 && baseT == 1 && emit == 1 && active == 1)
 	for !e.opts.FixedDraft && used < e.opts.SpecBudget && used < room {
 		var best *specCand
 		var bestV float64
@@ -317,7 +320,7 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 		if best == nil {
 			break
 		}
-		now := E / (e.cost.at(T) + propTime)
+		now := max(E/(e.cost.at(T)+propTime), floor)
 		take := e.lookAhead(best, now, E, T, propTime, used, room, perReq[best.r], depth[best.propID], levelCost[best.propID])
 		if take == 0 {
 			break
