@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -108,7 +109,7 @@ func errUnavailable(msg string, retry time.Duration) *APIError {
 // decodeJSON strictly decodes a request body into v. A syntax error or a
 // field of the wrong JSON type becomes a 400 naming the field.
 func decodeJSON(body []byte, v any) *APIError {
-	if len(strings.TrimSpace(string(body))) == 0 {
+	if len(bytes.TrimSpace(body)) == 0 {
 		return errInvalid("", "invalid_json", "We could not parse the JSON body of your request: the body is empty. The API expects a JSON payload.")
 	}
 	err := json.Unmarshal(body, v)

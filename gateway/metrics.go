@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -33,6 +34,18 @@ type metrics struct {
 	specSource   *prometheus.CounterVec // model, source, kind (proposed|accepted); drafts.go
 	nearMiss     *prometheus.CounterVec // model, reason; drafts.go
 	lat          *latencyMetrics        // metrics_latency.go
+
+	// Children of the vectors every request touches (metrics_children.go).
+	httpReqOf *children[routeCode, prometheus.Counter]
+	httpDurOf *children[string, prometheus.Observer]
+	genReqOf  *children[[2]string, prometheus.Counter]  // model, outcome
+	ttftOf    *children[[2]string, prometheus.Observer] // model, source
+}
+
+// routeCode labels specgate_http_requests_total.
+type routeCode struct {
+	route string
+	code  int
 }
 
 func newMetrics(reg *prometheus.Registry, models []*LocalModel) (*metrics, error) {
@@ -67,6 +80,12 @@ func newMetrics(reg *prometheus.Registry, models []*LocalModel) (*metrics, error
 		nearMiss: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "specgate_cache_near_miss_drafts_total",
 			Help: "Semantic-cache near misses whose answer became a draft, by model and reason (threshold, a guard reason, model)."}, []string{"model", "reason"}),
 	}
+	m.httpReqOf = newChildren(func(k routeCode) prometheus.Counter {
+		return m.httpRequests.WithLabelValues(k.route, strconv.Itoa(k.code))
+	})
+	m.httpDurOf = newChildren(func(route string) prometheus.Observer { return m.httpDuration.WithLabelValues(route) })
+	m.genReqOf = newChildren(func(k [2]string) prometheus.Counter { return m.genRequests.WithLabelValues(k[0], k[1]) })
+	m.ttftOf = newChildren(func(k [2]string) prometheus.Observer { return m.ttft.WithLabelValues(k[0], k[1]) })
 	cs := []prometheus.Collector{m.httpRequests, m.httpDuration, m.inflight, m.genRequests, m.tokens, m.ttft,
 		m.specSteps, m.specProposed, m.specAccepted, m.upstreamReqs, m.upstreamTry, m.rateLimited, m.disconnects, m.specSource, m.nearMiss}
 	m.lat = newLatencyMetrics()

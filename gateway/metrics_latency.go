@@ -20,6 +20,9 @@ type latencyMetrics struct {
 
 	mu  sync.Mutex
 	gen map[string]*genTotals // per model: generated requests, for seconds-per-token and speculation
+
+	e2eOf         *children[[2]string, prometheus.Observer] // model, source
+	savedTokensOf *children[string, prometheus.Counter]
 }
 
 // genTotals accumulate what generated (not cached) requests of one model
@@ -36,7 +39,7 @@ type genTotals struct {
 var latencyBuckets = prometheus.ExponentialBuckets(0.001, 2, 17)
 
 func newLatencyMetrics() *latencyMetrics {
-	return &latencyMetrics{
+	l := &latencyMetrics{
 		e2e: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "specgate_e2e_request_latency_seconds",
 			Help: "Time from request arrival to the last byte of the answer, local models, by model and source (engine: generated; cache: a cache hit; shared: joined an identical request's generation).", Buckets: latencyBuckets}, []string{"model", "source"}),
 		itl: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "specgate_inter_token_latency_seconds",
@@ -49,6 +52,9 @@ func newLatencyMetrics() *latencyMetrics {
 			Help: "Estimated generation time the cache saved, by model: per answered request, its completion tokens times the model's mean seconds per generated token so far, minus the time the answer took."}, []string{"model"}),
 		gen: map[string]*genTotals{},
 	}
+	l.e2eOf = newChildren(func(k [2]string) prometheus.Observer { return l.e2e.WithLabelValues(k[0], k[1]) })
+	l.savedTokensOf = newChildren(func(m string) prometheus.Counter { return l.savedTokens.WithLabelValues(m) })
+	return l
 }
 
 // collectors lists what newMetrics registers, including the speedup gauges.
@@ -93,7 +99,7 @@ func (l *latencyMetrics) finished(model, outcome string, usage *Usage, e2e, ttft
 	default:
 		return // errors, disconnects, cancellations: no latency sample
 	}
-	l.e2e.WithLabelValues(model, source).Observe(e2e.Seconds())
+	l.e2eOf.of([2]string{model, source}).Observe(e2e.Seconds())
 	if usage == nil {
 		return
 	}
@@ -120,7 +126,7 @@ func (l *latencyMetrics) finished(model, outcome string, usage *Usage, e2e, ttft
 		}
 		return
 	}
-	l.savedTokens.WithLabelValues(model).Add(float64(usage.CompletionTokens))
+	l.savedTokensOf.of(model).Add(float64(usage.CompletionTokens))
 	if g.tokens > 0 {
 		if saved := float64(usage.CompletionTokens)*g.seconds/g.tokens - e2e.Seconds(); saved > 0 {
 			l.savedSeconds.WithLabelValues(model).Add(saved)

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -28,11 +27,12 @@ func (s *Server) proxyChat(c *fiber.Ctx, ur *upstreamRoute, body []byte, head mo
 	if s.cache == nil {
 		return s.proxy(c, ur, "/chat/completions", body, stream, nil)
 	}
-	var req ChatCompletionRequest
-	if decodeJSON(body, &req) != nil {
+	req := head.whole // decoded by the handler (decodeChat)
+	if req == nil {
+		// Only the upstream can judge this body: forwarded, not cached.
 		return s.proxy(c, ur, "/chat/completions", body, stream, nil)
 	}
-	cr := upstreamCacheRequest(c, body, head.Model, &req, stream)
+	cr := upstreamCacheRequest(c, body, head.Model, req, stream)
 	if stream {
 		return s.proxyChatStream(c, ur, body, cr, req.StreamOptions != nil && req.StreamOptions.IncludeUsage != nil && *req.StreamOptions.IncludeUsage)
 	}
@@ -282,10 +282,12 @@ func (s *Server) forwardBuffered(c *fiber.Ctx, ur *upstreamRoute, path string, b
 		return 0, "", nil, noop, err
 	}
 	if ur.up.fast != nil {
-		var gone atomic.Bool
-		watch := watchConnLazily(c.Context().Conn(), func() { gone.Store(true) })
-		fc, err := ur.up.doFast(s.baseCtx, gone.Load, path, out, fastHeaders(c), s.met)
-		watch.stop()
+		// A hang-up matters only where it ends the retries: doFast asks
+		// then (peerClosed: a peek, no watcher goroutine or timer per
+		// request).
+		conn := c.Context().Conn()
+		gone := func() bool { return peerClosed(conn) }
+		fc, err := ur.up.doFast(s.baseCtx, gone, path, out, fastHeaders(c), s.met)
 		if err != nil {
 			return 0, "", nil, noop, err
 		}
@@ -319,15 +321,16 @@ func (s *Server) forwardBuffered(c *fiber.Ctx, ur *upstreamRoute, path string, b
 // kept raw there so that a bad value is the upstream's to reject.
 func (s *Server) reserveUpstream(c *fiber.Ctx, ur *upstreamRoute, body []byte, head *modelOnly) error {
 	maxTok := ur.up.cfg.DefaultMaxTokens
-	if v, ok := rawInt(head.MaxCompletionTokens); ok && v > 0 {
-		maxTok = v
+	vTok, vCompl, vN, okTok, okCompl, okN := head.tokenFields()
+	if okCompl && vCompl > 0 {
+		maxTok = vCompl
 	}
-	if v, ok := rawInt(head.MaxTokens); ok && v > 0 {
-		maxTok = v
+	if okTok && vTok > 0 {
+		maxTok = vTok
 	}
 	n := 1
-	if v, ok := rawInt(head.N); ok && v > 1 {
-		n = min(v, 128)
+	if okN && vN > 1 {
+		n = min(vN, 128)
 	}
 	res, err := s.reserveTokens(c, len(body)/4+n*maxTok)
 	if err != nil {

@@ -162,7 +162,7 @@ type runState struct {
 func (r *runState) finish(usage *Usage, outcome string, ttft time.Duration) {
 	m := r.j.model.Name
 	met := r.s.met
-	met.genRequests.WithLabelValues(m, outcome).Inc()
+	met.genReqOf.of([2]string{m, outcome}).Inc()
 	if outcome == "disconnected" {
 		met.disconnects.Inc()
 	}
@@ -195,11 +195,14 @@ func (r *runState) finish(usage *Usage, outcome string, ttft time.Duration) {
 		ttft = e2e // the whole answer arrives at once
 	}
 	if ttft > 0 {
-		src := map[string]string{"cache_hit": "cache", "shared": "shared"}[outcome]
-		if src == "" {
-			src = "engine"
+		src := "engine"
+		switch outcome {
+		case "cache_hit":
+			src = "cache"
+		case "shared":
+			src = "shared"
 		}
-		met.ttft.WithLabelValues(m, src).Observe(ttft.Seconds())
+		met.ttftOf.of([2]string{m, src}).Observe(ttft.Seconds())
 	}
 	met.lat.finished(m, outcome, usage, e2e, ttft)
 	if !r.s.log.Enabled(context.Background(), slog.LevelInfo) {
@@ -248,13 +251,29 @@ func paramOf(j *job) string {
 // from the engine, as JSON or as an SSE stream.
 func (s *Server) runLocal(c *fiber.Ctx, j *job, creq *cache.Request) error {
 	rs := &runState{s: s, j: j, id: newCompletionID(j.ep), created: time.Now().Unix(), start: time.Now(), creq: creq}
-	j.obs = s.met.lat.observer(j.model.Name)
 	rs.reqID, _ = c.Locals(localRequestID).(string)
 	res, err := s.reserveTokens(c, j.reserveTokens())
 	if err != nil {
 		return err
 	}
 	rs.res = res
+	// The cache first: a hit is answered before a generation's context,
+	// hang-up watch and in-flight count exist (a lookup is not cancelled
+	// by a hang-up, as on the upstream path).
+	var l cache.Lookup
+	var store answerStore
+	if creq != nil {
+		var err error
+		l, store, err = s.cacheLookup(s.baseCtx, creq)
+		if err != nil && !cacheSkipped(err) {
+			rs.logger().Warn("cache lookup failed", "err", err)
+		}
+		setCacheHeaders(c, l)
+		if l.Hit {
+			return s.serveHit(c, rs, l)
+		}
+	}
+	j.obs = s.met.lat.observer(j.model.Name) // token timings of the generation
 	ctx, cancel := context.WithCancelCause(s.baseCtx)
 	watch := watchConnLazily(c.Context().Conn(), func() { cancel(ErrClientGone) })
 	s.inflight.Add(1)
@@ -262,34 +281,10 @@ func (s *Server) runLocal(c *fiber.Ctx, j *job, creq *cache.Request) error {
 		defer s.inflight.Done()
 		defer cancel(nil)
 		defer watch.stop()
-		return s.runJSON(c, ctx, rs)
+		return s.runJSON(c, ctx, rs, l, store)
 	}
 	var flight *streamFlight
-	var store answerStore
 	if creq != nil {
-		var l cache.Lookup
-		var err error
-		l, store, err = s.cacheLookup(ctx, creq)
-		if err != nil {
-			if !cacheSkipped(err) {
-				rs.logger().Warn("cache lookup failed", "err", err)
-			}
-		}
-		setCacheHeaders(c, l)
-		if l.Hit {
-			watch.stop()
-			cancel(nil)
-			s.inflight.Done()
-			if v := viewOf(l); v != nil {
-				if t, ok := v.sseFor(j.includeUsage); ok {
-					rs.finish(v.usage, "cache_hit", 0)
-					setSSEHeaders(c)
-					t.write(c, rs.id, rs.created)
-					return nil
-				}
-			}
-			return s.replaySSE(c, rs, l.Response, true)
-		}
 		// A cacheable miss joins its entry's flight (cachefront.go):
 		// identical concurrent requests, streamed or not, share one
 		// generation; followers replay the leader's answer.
@@ -392,8 +387,38 @@ func setSSEHeaders(c *fiber.Ctx) {
 	c.Set("X-Accel-Buffering", "no")
 }
 
-// runJSON serves a non-streaming local request.
-func (s *Server) runJSON(c *fiber.Ctx, ctx context.Context, rs *runState) error {
+// serveHit answers a local request from the cache (l is a hit): the
+// pre-rendered body or replay with this request's id and time.
+func (s *Server) serveHit(c *fiber.Ctx, rs *runState, l cache.Lookup) error {
+	j := rs.j
+	v := viewOf(l)
+	if !j.stream {
+		if v != nil {
+			// Pre-rendered: fill in this request's id and time.
+			rs.finish(v.usage, "cache_hit", 0)
+			c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+			v.body.write(c, rs.id, rs.created)
+			return nil
+		}
+		body, usage := rewriteCached(l.Response, rs.id, rs.created, true)
+		rs.finish(usage, "cache_hit", 0)
+		c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+		return c.Send(body)
+	}
+	if v != nil {
+		if t, ok := v.sseFor(j.includeUsage); ok {
+			rs.finish(v.usage, "cache_hit", 0)
+			setSSEHeaders(c)
+			t.write(c, rs.id, rs.created)
+			return nil
+		}
+	}
+	return s.replaySSE(c, rs, l.Response, true)
+}
+
+// runJSON serves a non-streaming local request whose lookup (l, store;
+// zero without a cache request) missed.
+func (s *Server) runJSON(c *fiber.Ctx, ctx context.Context, rs *runState, l cache.Lookup, store answerStore) error {
 	j := rs.j
 	var usage *Usage
 	var ttft time.Duration
@@ -410,28 +435,7 @@ func (s *Server) runJSON(c *fiber.Ctx, ctx context.Context, rs *runState) error 
 		return body, float64(usage.CompletionTokens), nil
 	}
 	var fl *streamFlight // the flight this request leads (nil: none)
-	var store answerStore
 	if rs.creq != nil {
-		var l cache.Lookup
-		var err error
-		l, store, err = s.cacheLookup(ctx, rs.creq)
-		if err != nil && !cacheSkipped(err) {
-			rs.logger().Warn("cache lookup failed", "err", err)
-		}
-		setCacheHeaders(c, l)
-		if l.Hit {
-			if v := viewOf(l); v != nil {
-				// Pre-rendered: fill in this request's id and time.
-				rs.finish(v.usage, "cache_hit", 0)
-				c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-				v.body.write(c, rs.id, rs.created)
-				return nil
-			}
-			body, usage := rewriteCached(l.Response, rs.id, rs.created, true)
-			rs.finish(usage, "cache_hit", 0)
-			c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
-			return c.Send(body)
-		}
 		var leader bool
 		if fl, leader = s.joinFlight(l, rs.creq); !leader {
 			shared, ok := fl.wait(ctx)

@@ -383,8 +383,8 @@ func (s *Server) requestContext(c *fiber.Ctx) error {
 	if route == "/" && c.Path() != "/" {
 		route = "unmatched"
 	}
-	s.met.httpRequests.WithLabelValues(route, strconv.Itoa(status)).Inc()
-	s.met.httpDuration.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	s.met.httpReqOf.of(routeCode{route, status}).Inc()
+	s.met.httpDurOf.of(route).Observe(time.Since(start).Seconds())
 	lvl := slog.LevelInfo
 	if status >= 500 {
 		lvl = slog.LevelError
@@ -484,6 +484,55 @@ type modelOnly struct {
 	MaxTokens           json.RawMessage `json:"max_tokens"`
 	MaxCompletionTokens json.RawMessage `json:"max_completion_tokens"`
 	N                   json.RawMessage `json:"n"`
+
+	// whole is the chat request when the body was decoded whole instead
+	// (decodeChat); the token fields are then read from it.
+	whole *ChatCompletionRequest
+}
+
+// tokenFields are the reservation's inputs: max_tokens,
+// max_completion_tokens and n, each with ok = false when absent, null or
+// not an integer.
+func (h *modelOnly) tokenFields() (maxTok, maxCompl, n int, okTok, okCompl, okN bool) {
+	if w := h.whole; w != nil {
+		get := func(p *int) (int, bool) {
+			if p == nil {
+				return 0, false
+			}
+			return *p, true
+		}
+		maxTok, okTok = get(w.MaxTokens)
+		maxCompl, okCompl = get(w.MaxCompletionTokens)
+		n, okN = get(w.N)
+		return
+	}
+	maxTok, okTok = rawInt(h.MaxTokens)
+	maxCompl, okCompl = rawInt(h.MaxCompletionTokens)
+	n, okN = rawInt(h.N)
+	return
+}
+
+// decodeChat is a chat body's one decode. With a response cache, or with
+// local models and no upstreams, the body is decoded whole
+// (ChatCompletionRequest): a local model and the cache key need every
+// field, and an upstream request with a cache needs them for its key, so
+// the routing fields come from that one decode (it was two: modelOnly,
+// then the whole request). Where the whole decode fails, or where upstream
+// requests need no more than modelOnly (no cache), the body is decoded as
+// modelOnly: its errors are the client's answer, and a body only the
+// upstream can judge is forwarded as before. head.whole is the decoded
+// request when there is one.
+func (s *Server) decodeChat(body []byte) (head modelOnly, err *APIError) {
+	if s.cache != nil || len(s.ups) == 0 {
+		req := new(ChatCompletionRequest)
+		if decodeJSON(body, req) == nil {
+			return modelOnly{Model: req.Model, Stream: req.Stream, User: req.User, whole: req}, nil
+		}
+	}
+	if err := decodeJSON(body, &head); err != nil {
+		return head, err
+	}
+	return head, nil
 }
 
 // route finds where a model name goes. Exactly one of the results is non-nil
@@ -510,9 +559,9 @@ func tenantOf(c *fiber.Ctx) string {
 
 func (s *Server) handleChat(c *fiber.Ctx) error {
 	body := c.Body()
-	var head modelOnly
-	if err := decodeJSON(body, &head); err != nil {
-		return err
+	head, aerr := s.decodeChat(body)
+	if aerr != nil {
+		return aerr
 	}
 	c.Locals(localModel, head.Model)
 	if err := checkUser(head.User); err != nil {
@@ -528,17 +577,21 @@ func (s *Server) handleChat(c *fiber.Ctx) error {
 		}
 		return s.proxyChat(c, ur, body, head)
 	}
-	var req ChatCompletionRequest
-	if err := decodeJSON(body, &req); err != nil {
-		return err
+	req := head.whole
+	if req == nil {
+		// The whole decode failed: its error is the answer.
+		req = new(ChatCompletionRequest)
+		if err := decodeJSON(body, req); err != nil {
+			return err
+		}
 	}
-	job, aerr := s.chatJob(lm, &req)
+	job, aerr := s.chatJob(lm, req)
 	if aerr != nil {
 		return aerr
 	}
 	job.tenant = tenantOf(c)
 	job.user = req.User
-	creq := s.chatCacheRequest(c, &req, job)
+	creq := s.chatCacheRequest(c, req, job)
 	s.prepareDrafts(c, job, creq)
 	return s.runLocal(c, job, creq)
 }
