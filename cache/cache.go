@@ -428,7 +428,10 @@ func (c *Cache) get(ctx context.Context, req *Request) (Lookup, []float32, error
 	done := func(l Lookup) Lookup {
 		res := "miss"
 		if l.Hit {
-			res = "hit-" + l.Tier
+			res = "hit-semantic"
+			if l.Tier == TierExact {
+				res = "hit-exact"
+			}
 			c.m.lookups.WithLabelValues(l.Tier, p.label, "hit").Inc()
 		} else {
 			c.m.lookups.WithLabelValues("none", p.label, "miss").Inc()

@@ -115,25 +115,32 @@ const (
 // then a hash of the system prompt, the sorted sampling parameters and (when
 // positive) the temperature. Tenants never share a namespace.
 func Namespace(req *Request) string {
-	h := sha256.New()
-	h.Write([]byte(req.System))
-	h.Write([]byte{0})
-	keys := make([]string, 0, len(req.Params))
+	// One buffer hashed once (on the stack for the usual sizes) instead of
+	// a streaming hash, a key slice and per-part conversions: the same
+	// bytes, the same digest (TestNamespaceDigest).
+	var keysArr [16]string
+	keys := keysArr[:0]
 	for k := range req.Params {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	var bufArr [512]byte
+	b := append(bufArr[:0], req.System...)
+	b = append(b, 0)
 	for _, k := range keys {
-		h.Write([]byte(k))
-		h.Write([]byte{'='})
-		h.Write([]byte(req.Params[k]))
-		h.Write([]byte{0})
+		b = append(b, k...)
+		b = append(b, '=')
+		b = append(b, req.Params[k]...)
+		b = append(b, 0)
 	}
 	if req.Temperature > 0 {
-		h.Write([]byte("temperature=" + strconv.FormatFloat(req.Temperature, 'g', -1, 64)))
+		b = append(b, "temperature="...)
+		b = strconv.AppendFloat(b, req.Temperature, 'g', -1, 64)
 	}
-	sum := h.Sum(nil)
-	return url.PathEscape(req.Tenant) + "/" + url.PathEscape(req.Model) + "/" + hex.EncodeToString(sum[:8])
+	sum := sha256.Sum256(b)
+	var hx [16]byte
+	hex.Encode(hx[:], sum[:8])
+	return url.PathEscape(req.Tenant) + "/" + url.PathEscape(req.Model) + "/" + string(hx[:])
 }
 
 // KeyText returns the raw (un-normalized) key text of a request under mode.
@@ -187,9 +194,10 @@ func Normalize(s string, fold bool) string {
 
 // EntryID is the exact-tier key: a hex hash of namespace and normalized key.
 func EntryID(namespace, normalizedKey string) string {
-	h := sha256.New()
-	h.Write([]byte(namespace))
-	h.Write([]byte{0})
-	h.Write([]byte(normalizedKey))
-	return hex.EncodeToString(h.Sum(nil)[:16])
+	var bufArr [512]byte
+	b := append(bufArr[:0], namespace...)
+	b = append(b, 0)
+	b = append(b, normalizedKey...)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
 }
