@@ -30,12 +30,33 @@ func randScales(r *rand.Rand, n int, K int) []float32 {
 	return s
 }
 
-// withI8 runs f with the int8 GEMV family v selected at batch 1 on c's
-// device (on the GPU worker; restored after).
-func withI8(c *Ctx, v string, f func()) {
-	prev := c.d.tune.GemvI8
-	c.d.tune.GemvI8 = v
-	defer func() { c.d.tune.GemvI8 = prev }()
+// i8Config is a batch-1 int8 GEMV configuration: family, one-wave grid,
+// warps per block.
+type i8Config struct {
+	v     string
+	wave  bool
+	warps int
+}
+
+func (g i8Config) String() string { return fmt.Sprintf("%s/wave=%v/warps=%d", g.v, g.wave, g.warps) }
+
+// i8Configs: every family, and the tunings decode measurements try.
+var i8Configs = func() []i8Config {
+	var out []i8Config
+	for _, v := range GemvI8Families {
+		out = append(out, i8Config{v, false, 8})
+	}
+	return append(out, i8Config{GemvI8Deep4Split, true, 8}, i8Config{GemvDeep, true, 8},
+		i8Config{GemvI8Hybrid, true, 8}, i8Config{GemvI8Hybrid8, true, 8},
+		i8Config{GemvI8Deep4Split, false, 4}, i8Config{GemvDeep, false, 4})
+}()
+
+// withI8 runs f with the int8 GEMV configuration g on c's device (on the
+// GPU worker; restored after).
+func withI8(c *Ctx, g i8Config, f func()) {
+	prev := c.d.tune
+	c.d.tune.GemvI8, c.d.tune.NoGemvI8Wave, c.d.tune.GemvWarps = g.v, !g.wave, g.warps
+	defer func() { c.d.tune = prev }()
 	f()
 }
 
@@ -43,7 +64,7 @@ func TestGemvI8(t *testing.T) {
 	d := testDevice(t)
 	r := rand.New(rand.NewPCG(rand.Uint64(), 11))
 	for _, kind := range []GemvKind{GemvNorm, GemvResid, GemvPlain, GemvSwiGLU} {
-		for _, shape := range [][2]int{{200, 272}, {64, 2048}, {130, 1040}, {136, 512}, {34, 5632}} {
+		for _, shape := range [][2]int{{200, 272}, {64, 2048}, {130, 1040}, {136, 512}, {34, 5632}, {8192, 272}} {
 			N, K := shape[0], shape[1]
 			for _, M := range []int{1, 3, 6, 8} {
 				if M*K*4+1024 > d.MaxSmemOptin {
@@ -77,7 +98,7 @@ func TestGemvI8(t *testing.T) {
 						return poisoned(t, c, M*outW)
 					}
 					const eps = 1e-5
-					run := func(v string, m int, y DevicePtr) []float32 {
+					run := func(v i8Config, m int, y DevicePtr) []float32 {
 						withI8(c, v, func() {
 							if err := c.GemvI8(kind, dQ, dS, dX, dxr, dnw, eps, y, m, N, K); err != nil {
 								t.Fatal(err)
@@ -90,7 +111,7 @@ func TestGemvI8(t *testing.T) {
 						return got
 					}
 					dY := fresh()
-					got := run(GemvShallow, M, dY)
+					got := run(i8Config{GemvDeep, false, 8}, M, dY)
 					want := make([]float64, M*outW)
 					for m := 0; m < M; m++ {
 						src := m
@@ -134,7 +155,7 @@ func TestGemvI8(t *testing.T) {
 					// Shallow and deep give the same bits at batch 1; the
 					// batch-1 result equals row 0 of any batch (same sum
 					// order whatever M and the chunks in flight).
-					for _, v := range []string{GemvShallow, GemvDeep} {
+					for _, v := range i8Configs {
 						y := fresh() // GemvResid: row 0 of Y0 first, as in the batch
 						one := run(v, 1, y)
 						c.Free(y)
@@ -224,7 +245,7 @@ func TestGemvI8QKVRope(t *testing.T) {
 				}
 				prev := c.SetPDL(true)
 				defer c.SetPDL(prev)
-				for _, v := range []string{GemvShallow, GemvDeep} {
+				for _, v := range i8Configs {
 					o := mk()
 					withI8(c, v, func() {
 						if err := c.GemvI8QKVRope(dQ, dS, dX, 0, dnw, eps, o.qkv, dpos, dsl, dinv, o.kc, o.vc, M, H, nh, nkv, hd); err != nil {

@@ -82,6 +82,8 @@ func TestTuningWithEnv(t *testing.T) {
 		{map[string]string{EnvGemvDeep: "0"}, Tuning{}},
 		{map[string]string{EnvGemvI8: "shallow"}, Tuning{GemvI8: GemvShallow}},
 		{map[string]string{EnvGemvI8: "ring"}, Tuning{}},
+		{map[string]string{EnvGemvI8: "deep4split", EnvGemvI8Wave: "0"}, Tuning{GemvI8: GemvI8Deep4Split, NoGemvI8Wave: true}},
+		{map[string]string{EnvGemvI8Wave: "1"}, Tuning{}},
 		{map[string]string{EnvGemvWarps: "auto"}, Tuning{GemvWarps: GemvWarpsAuto}},
 		{map[string]string{EnvGemvWarps: "4"}, Tuning{GemvWarps: 4}},
 		{map[string]string{EnvGemvWarps: "3"}, Tuning{}},
@@ -118,6 +120,11 @@ func TestTuningDefaults(t *testing.T) {
 	}
 	if again, err := d.withDefaults(); err != nil || !reflect.DeepEqual(again, d) {
 		t.Fatalf("defaults not a fixed point: %+v, %v", again, err)
+	}
+	for _, v := range GemvI8Families {
+		if _, err := (Tuning{GemvI8: v}).withDefaults(); err != nil {
+			t.Errorf("GemvI8 %q: %v", v, err)
+		}
 	}
 	for _, bad := range []Tuning{{Gemv: "fast"}, {GemvI8: GemvRing}, {GemvWarps: 3}, {GemvRingBlocksPerSM: 9},
 		{GemvRingWarps: 1}, {GemvRingMinK: -1}, {AttnSplits: 65}, {AttnSplits: -1}, {AttnSplitMinKeys: -4}} {

@@ -20,13 +20,20 @@ __device__ __forceinline__ float i8f(u32 w, int b) {
 // as fp16 weights, no faster). Here the float4 j (0..3) of chunk c of row
 // m is stored at float4 index m*K/4 + j*(K/16) + c, so the lanes' loads of
 // piece j are consecutive. Same values and norm scale as gemv_stage.
-template <int M, int NORM>
+// SPLIT (norm kinds, more warps than tokens): the last M warps compute the
+// norms while the others stage, so the two input round trips after
+// pdl_wait overlap instead of following each other in the norm warps
+// (the same code per token: same bits). SGS: staging loads per thread
+// issued together (GEMV_STAGE_GS; 8 stages a 5632-wide row in one round).
+template <int M, int NORM, int SPLIT = 0, int SGS = GEMV_STAGE_GS>
 __device__ __forceinline__ void gemv_stage_i8(const float* __restrict__ X, const int* __restrict__ xrow,
                                               const f16* __restrict__ nw, float eps, int K, float* xs, float* scale) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
-  constexpr int G = GEMV_STAGE_G, GS = GEMV_STAGE_GS;
+  constexpr int G = GEMV_STAGE_G, GS = SGS;
+  const bool split = SPLIT && NORM && nwarps > M;
+  const int sw = split ? nwarps - M : nwarps;  // warps that stage
   if (NORM) {
-    for (int m = warp; m < M; m += nwarps) {
+    for (int m = split ? warp - sw : warp; m >= 0 && m < M; m += nwarps) {
       const float* src = X + (size_t)(xrow ? xrow[m] : m) * K;
       float ss = 0.f;
       for (int k0 = lane * 4; k0 < K; k0 += 128 * G) {
@@ -45,9 +52,10 @@ __device__ __forceinline__ void gemv_stage_i8(const float* __restrict__ X, const
   const int nvec = K >> 4;
 #pragma unroll
   for (int m = 0; m < M; m++) {
+    if (warp >= sw) break;
     const float* src = X + (size_t)(xrow ? xrow[m] : m) * K;
     float4* dst = (float4*)(xs + m * K);
-    const int step = blockDim.x * 4;
+    const int step = sw * 128;
     for (int k0 = tid * 4; k0 < K; k0 += step * GS) {
       float4 v[GS];
       uint2 g[GS];
@@ -103,6 +111,24 @@ __device__ __forceinline__ void gemv_dot_i8(const uint4 w, const float* xs, int 
   }
 }
 
+// gemv_i8_finish: the epilogue of unit u: warp-sum each row's partial
+// dot products, multiply by the row scale wsc and the norm scale with
+// explicit roundings (no contraction into the residual add, so every batch
+// size gives the same bits) and store (gemv_store).
+template <int M, int NORM, int MODE, int R>
+__device__ __forceinline__ void gemv_i8_finish(float (&acc)[2][M], const float (&wsc)[R], const float* scale,
+                                               const float (&yold)[M], int u, int lane, float* __restrict__ Y, int N,
+                                               int units, const RopeArgs& ra, int mpos, int mslot, float minv) {
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+      acc[r][m] = __fmul_rn(warp_sum(acc[r][m]), wsc[r]);
+      if (NORM) acc[r][m] = __fmul_rn(acc[r][m], scale[m]);
+    }
+  gemv_store<M, MODE>(acc, yold, u, lane, Y, N, units, ra, mpos, mslot, minv);
+}
+
 // gemv_i8: the GEMV of llama.cu (same modes, same launch shape, same
 // staging and epilogues) over int8 weights W [N][K] with row scales ws [N]
 // (rows in the same order as the fp16 kernels expect: RopeRows for MODE 3,
@@ -113,7 +139,7 @@ __device__ __forceinline__ void gemv_dot_i8(const uint4 w, const float* xs, int 
 // unit's chunks and scales are loaded before this unit's are summed, so a
 // warp always has a unit in flight (the fp16 kernels wait for each unit's
 // loads in turn); the sums and their order are the same.
-template <int M, int NORM, int MODE, int D, int PIPE = 0>
+template <int M, int NORM, int MODE, int D, int PIPE = 0, int SPLIT = 0, int SGS = GEMV_STAGE_GS>
 __device__ void gemv_i8(const signed char* __restrict__ W, const float* __restrict__ ws, const float* __restrict__ X,
                         const int* __restrict__ xrow, const f16* __restrict__ nw, float eps, float* __restrict__ Y,
                         int N, int K, int upb, RopeArgs ra) {
@@ -146,7 +172,7 @@ __device__ void gemv_i8(const signed char* __restrict__ W, const float* __restri
   int mpos, mslot;
   gemv_rope_meta<M, MODE>(ra, lane, mpos, mslot);
   pdl_wait();
-  gemv_stage_i8<M, NORM>(X, xrow, nw, eps, K, xs, scale);
+  gemv_stage_i8<M, NORM, SPLIT, SGS>(X, xrow, nw, eps, K, xs, scale);
   if (PIPE && nvec <= 32 * D) {
     for (int u = u0 + warp; u < u1; u += nwarps) {  // q, wsc hold unit u (loaded)
       const int un = u + nwarps;
@@ -179,14 +205,7 @@ __device__ void gemv_i8(const signed char* __restrict__ W, const float* __restri
 #pragma unroll
         for (int r = 0; r < R; r++) gemv_dot_i8<M>(q[r][i], xs, K, lane + 32 * i, acc[r]);
       }
-#pragma unroll
-      for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int m = 0; m < M; m++) {
-          acc[r][m] = __fmul_rn(warp_sum(acc[r][m]), wsc[r]);
-          if (NORM) acc[r][m] = __fmul_rn(acc[r][m], scale[m]);
-        }
-      gemv_store<M, MODE>(acc, yold, u, lane, Y, N, units, ra, mpos, mslot, minv);
+      gemv_i8_finish<M, NORM, MODE, R>(acc, wsc, scale, yold, u, lane, Y, N, units, ra, mpos, mslot, minv);
 #pragma unroll
       for (int r = 0; r < R; r++) {
         wsc[r] = wn[r];
@@ -231,25 +250,23 @@ __device__ void gemv_i8(const signed char* __restrict__ W, const float* __restri
       }
     }
     loaded = false;
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-      for (int m = 0; m < M; m++) {
-        // explicit roundings: no contraction into the residual add, so
-        // every batch size gives the same bits
-        acc[r][m] = __fmul_rn(warp_sum(acc[r][m]), wsc[r]);
-        if (NORM) acc[r][m] = __fmul_rn(acc[r][m], scale[m]);
-      }
-    gemv_store<M, MODE>(acc, yold, u, lane, Y, N, units, ra, mpos, mslot, minv);
+    gemv_i8_finish<M, NORM, MODE, R>(acc, wsc, scale, yold, u, lane, Y, N, units, ra, mpos, mslot, minv);
   }
 }
 
 // Chunks in flight per lane and row. Deep (every M): 8, or 12 for the
 // residual GEMVs (the 5632-wide down projection, 11 chunks per lane, in one
 // round); the default at batch 1 too (faster in decode, docs/quantization.md).
-// Shallow (batch 1, SPECGATE_GEMV_I8=shallow): as many as a row of the 1.1B
-// shape needs (4 for 2048 inputs; 12 for the down projection), with the
-// next unit loaded while one is summed (PIPE).
+// Shallow (batch 1): as many as a row of the 1.1B shape needs (4 for 2048
+// inputs; 12 for the down projection), with the next unit loaded while one
+// is summed (PIPE). Batch-1 experiments (Tuning.GemvI8, ops_i8.go): deep4
+// (4 chunks per row except the residual kinds' 12, and at most 85
+// registers so that 3 blocks of 8 warps fit on an SM: deep's 8 chunk
+// slots cost registers a 2048-wide row never uses), deep4split and
+// deepsplit (the same with SPLIT staging). The hybrid families take
+// deep4split's kernels for the norm kinds and deep's residual kernel
+// (hybrid) or gemv_i8_resid_rg8_m1 (hybrid8: deep's, staging a 5632-wide
+// row in one round of loads instead of two).
 #ifndef GEMV_I8_DEEP_D
 #define GEMV_I8_DEEP_D 8
 #endif
@@ -259,27 +276,33 @@ __device__ void gemv_i8(const signed char* __restrict__ W, const float* __restri
 #define GEMV_I8_ARGS                                                                                       \
   const signed char *W, const float *ws, const float *X, const int *xrow, const f16 *nw, float eps, float *Y, \
       int N, int K, int upb
-#define GEMV_I8_INST(SFX, M, DN, DR, DG, PIPE)                                                              \
-  extern "C" __global__ void __launch_bounds__(256) gemv_i8_norm##SFX##_m##M(GEMV_I8_ARGS) {                 \
-    gemv_i8<M, 1, 0, DN, PIPE>(W, ws, X, xrow, nw, eps, Y, N, K, upb, NO_ROPE);                              \
+#define GEMV_I8_INST(SFX, M, DN, DR, DG, PIPE, SPLIT, MINB)                                                  \
+  extern "C" __global__ void __launch_bounds__(256, MINB) gemv_i8_norm##SFX##_m##M(GEMV_I8_ARGS) {           \
+    gemv_i8<M, 1, 0, DN, PIPE, SPLIT>(W, ws, X, xrow, nw, eps, Y, N, K, upb, NO_ROPE);                       \
   }                                                                                                         \
-  extern "C" __global__ void __launch_bounds__(256) gemv_i8_resid##SFX##_m##M(GEMV_I8_ARGS) {                \
-    gemv_i8<M, 0, 1, DR, PIPE>(W, ws, X, xrow, nw, eps, Y, N, K, upb, NO_ROPE);                              \
+  extern "C" __global__ void __launch_bounds__(256, MINB) gemv_i8_resid##SFX##_m##M(GEMV_I8_ARGS) {          \
+    gemv_i8<M, 0, 1, DR, PIPE, SPLIT>(W, ws, X, xrow, nw, eps, Y, N, K, upb, NO_ROPE);                       \
   }                                                                                                         \
-  extern "C" __global__ void __launch_bounds__(256) gemv_i8_plain##SFX##_m##M(GEMV_I8_ARGS) {                \
-    gemv_i8<M, 0, 0, DN, PIPE>(W, ws, X, xrow, nw, eps, Y, N, K, upb, NO_ROPE);                              \
+  extern "C" __global__ void __launch_bounds__(256, MINB) gemv_i8_plain##SFX##_m##M(GEMV_I8_ARGS) {          \
+    gemv_i8<M, 0, 0, DN, PIPE, SPLIT>(W, ws, X, xrow, nw, eps, Y, N, K, upb, NO_ROPE);                       \
   }                                                                                                         \
-  extern "C" __global__ void __launch_bounds__(256) gemv_i8_swiglu##SFX##_m##M(GEMV_I8_ARGS) {               \
-    gemv_i8<M, 1, 2, DG, PIPE>(W, ws, X, xrow, nw, eps, Y, N, K, upb, NO_ROPE);                              \
+  extern "C" __global__ void __launch_bounds__(256, MINB) gemv_i8_swiglu##SFX##_m##M(GEMV_I8_ARGS) {         \
+    gemv_i8<M, 1, 2, DG, PIPE, SPLIT>(W, ws, X, xrow, nw, eps, Y, N, K, upb, NO_ROPE);                       \
   }                                                                                                         \
-  extern "C" __global__ void __launch_bounds__(256) gemv_i8_qkv_rope##SFX##_m##M(                            \
+  extern "C" __global__ void __launch_bounds__(256, MINB) gemv_i8_qkv_rope##SFX##_m##M(                      \
       GEMV_I8_ARGS, const int* pos, const int* slots, const float* inv_freq, float* kc, float* vc, int nh,    \
       int nkv, int hd) {                                                                                    \
-    gemv_i8<M, 1, 3, DG, PIPE>(W, ws, X, xrow, nw, eps, Y, N, K, upb,                                        \
-                               RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd});                        \
+    gemv_i8<M, 1, 3, DG, PIPE, SPLIT>(W, ws, X, xrow, nw, eps, Y, N, K, upb,                                 \
+                                      RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd});                 \
   }
-GEMV_I8_INST(_s, 1, 4, 12, 4, 1)
-#define GEMV_I8_INST_D(M) GEMV_I8_INST(, M, GEMV_I8_DEEP_D, GEMV_I8_DEEP_DR, GEMV_I8_DEEP_D, 0)
+GEMV_I8_INST(_s, 1, 4, 12, 4, 1, 0, 1)
+GEMV_I8_INST(_d4, 1, 4, 12, 4, 0, 0, 3)
+GEMV_I8_INST(_d4s, 1, 4, 12, 4, 0, 1, 3)
+GEMV_I8_INST(_ds, 1, GEMV_I8_DEEP_D, GEMV_I8_DEEP_DR, GEMV_I8_DEEP_D, 0, 1, 1)
+extern "C" __global__ void __launch_bounds__(256) gemv_i8_resid_rg8_m1(GEMV_I8_ARGS) {
+  gemv_i8<1, 0, 1, GEMV_I8_DEEP_DR, 0, 0, 8>(W, ws, X, xrow, nw, eps, Y, N, K, upb, NO_ROPE);
+}
+#define GEMV_I8_INST_D(M) GEMV_I8_INST(, M, GEMV_I8_DEEP_D, GEMV_I8_DEEP_DR, GEMV_I8_DEEP_D, 0, 0, 1)
 GEMV_I8_INST_D(1)
 GEMV_I8_INST_D(2)
 GEMV_I8_INST_D(3)

@@ -141,17 +141,10 @@ func (c *Ctx) useRing(M, K int) bool {
 func (c *Ctx) gemvRingGrid(name string, f Func, units, smem int) (grid, threads int, err error) {
 	t := &c.d.tune
 	threads = 32 * t.GemvRingWarps
-	key := fmt.Sprintf("%s#bps%d/%d", name, smem, threads)
-	bps, ok := c.d.funcs[key]
-	if !ok {
-		n, err := c.BlocksPerSM(f, threads, smem)
-		if err != nil {
-			return 0, 0, fmt.Errorf("%s: %w", name, err)
-		}
-		bps = Func(max(n, 1))
-		c.d.funcs[key] = bps
+	per, err := c.blocksPerSMCached(name, f, threads, smem)
+	if err != nil {
+		return 0, 0, err
 	}
-	per := int(bps)
 	if t.GemvRingBlocksPerSM > 0 {
 		per = min(per, t.GemvRingBlocksPerSM)
 	}

@@ -8,20 +8,93 @@ import "fmt"
 // 16 weights). Activations and accumulation are fp32, as in the fp16 GEMVs,
 // and the kinds, shapes and row orders are theirs.
 
-// The int8 GEMV family at batch 1 is Tuning.GemvI8 (other batch sizes
-// always run the deep kernels): GemvDeep (the default: 8 chunks of 16
-// weights per row in flight, 12 for the residual GEMVs) or GemvShallow (as
-// many as a 2048- or 5632-wide row needs, the next unit loaded while one
-// is summed). Measured on an H100 (docs/device-notes.md, int8 call 2):
-// decode 1319 tokens/s deep vs 1182-1204 shallow.
+// Int8 GEMV families at batch 1 (Tuning.GemvI8; other batch sizes always
+// run the deep kernels). All give the same bits (TestGemvI8).
+// GemvDeep (the default): 8 chunks of 16 weights per row in flight, 12 for
+// the residual GEMVs. GemvShallow: as many as a 2048- or 5632-wide row
+// needs, the next unit loaded while one is summed. Measured on an H100
+// (docs/device-notes.md, int8 call 2): decode 1319 tokens/s deep vs
+// 1182-1204 shallow.
+const (
+	// GemvI8Deep4: 4 chunks per row (12 for the residual kinds) and at
+	// most 85 registers, so 3 blocks of 8 warps fit on an SM (deep's
+	// unused chunk slots cost the gate/up kernel 131 registers: 2 blocks
+	// per SM, its grid in 1.33 waves).
+	GemvI8Deep4 = "deep4"
+	// GemvI8Deep4Split: GemvI8Deep4 with split staging (the norm kinds'
+	// sum of squares in one warp while the others stage the inputs).
+	GemvI8Deep4Split = "deep4split"
+	// GemvI8DeepSplit: GemvDeep with split staging.
+	GemvI8DeepSplit = "deepsplit"
+	// GemvI8Hybrid: GemvI8Deep4Split's kernels for the norm kinds (qkv,
+	// gate/up, LM head) and GemvDeep's residual kernel (o, down: the
+	// 4-chunk residual kernel spills at 85 registers). Per-kernel
+	// measurements: docs/device-notes.md (quant call 1).
+	GemvI8Hybrid = "hybrid"
+	// GemvI8Hybrid8: GemvI8Hybrid with a residual kernel that stages its
+	// inputs in one round of up to 8 loads per thread (a 5632-wide row:
+	// one round instead of two).
+	GemvI8Hybrid8 = "hybrid8"
+)
+
+// GemvI8Families are the batch-1 int8 GEMV families.
+var GemvI8Families = []string{GemvDeep, GemvShallow, GemvI8Deep4, GemvI8Deep4Split, GemvI8DeepSplit, GemvI8Hybrid, GemvI8Hybrid8}
+
+// gemvI8Suffix: a batch-1 family's kernel name suffix; gemvI8ResidSuffix
+// overrides it for the residual kind.
+var (
+	gemvI8Suffix = map[string]string{GemvDeep: "", GemvShallow: "_s", GemvI8Deep4: "_d4", GemvI8Deep4Split: "_d4s",
+		GemvI8DeepSplit: "_ds", GemvI8Hybrid: "_d4s", GemvI8Hybrid8: "_d4s"}
+	gemvI8ResidSuffix = map[string]string{GemvI8Hybrid: "", GemvI8Hybrid8: "_rg8"}
+)
 
 var gemvI8Names = [...]string{"gemv_i8_norm", "gemv_i8_resid", "gemv_i8_plain", "gemv_i8_swiglu"}
 
 func (c *Ctx) gemvI8Name(prefix string, M int) string {
-	if M == 1 && c.d.tune.GemvI8 == GemvShallow {
-		return prefix + "_s_m1"
+	if M == 1 {
+		v := c.d.tune.GemvI8
+		if sfx, ok := gemvI8ResidSuffix[v]; ok && prefix == gemvI8Names[GemvResid] {
+			return prefix + sfx + "_m1"
+		}
+		return prefix + gemvI8Suffix[v] + "_m1"
 	}
 	return fmt.Sprintf("%s_m%d", prefix, M)
+}
+
+// gemvI8Grid is gemvGrid, except at batch 1 (unless Tuning.NoGemvI8Wave):
+// when gemvGrid's grid would need more than one wave of resident blocks of
+// f, the units per warp grow until it fits in one.
+func (c *Ctx) gemvI8Grid(name string, f Func, M, units, smem int) (grid, upb, threads int, err error) {
+	grid, upb, threads = c.gemvGrid(units, smem)
+	if M != 1 || c.d.tune.NoGemvI8Wave {
+		return grid, upb, threads, nil
+	}
+	bps, err := c.blocksPerSMCached(name, f, threads, smem)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	slots := max(c.d.SMs, 1) * bps
+	if grid <= slots {
+		return grid, upb, threads, nil
+	}
+	wpb := threads / 32
+	upw := (units + slots*wpb - 1) / (slots * wpb)
+	upb = wpb * upw
+	return (units + upb - 1) / upb, upb, threads, nil
+}
+
+// blocksPerSMCached is BlocksPerSM of f (named name) cached per device.
+func (c *Ctx) blocksPerSMCached(name string, f Func, threads, smem int) (int, error) {
+	key := fmt.Sprintf("%s#bps%d/%d", name, smem, threads)
+	if bps, ok := c.d.funcs[key]; ok {
+		return int(bps), nil
+	}
+	n, err := c.BlocksPerSM(f, threads, smem)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	c.d.funcs[key] = Func(max(n, 1))
+	return max(n, 1), nil
 }
 
 // GemvI8 is Gemv over an int8 matrix W [N][K] with row scales S [N]:
@@ -44,7 +117,10 @@ func (c *Ctx) GemvI8(kind GemvKind, W, S, X, xrow, nw DevicePtr, eps float32, Y 
 	if kind == GemvSwiGLU {
 		units = N / 2
 	}
-	grid, upb, threads := c.gemvGrid(units, smem)
+	grid, upb, threads, err := c.gemvI8Grid(name, f, M, units, smem)
+	if err != nil {
+		return err
+	}
 	if err := c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
 		P(W), P(S), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), I(upb)); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
@@ -69,7 +145,10 @@ func (c *Ctx) GemvI8QKVRope(W, S, X, xrow, nw DevicePtr, eps float32, qkv, pos, 
 	if err := c.smemAttr(name, f, smem); err != nil {
 		return err
 	}
-	grid, upb, threads := c.gemvGrid(N/2, smem)
+	grid, upb, threads, err := c.gemvI8Grid(name, f, M, N/2, smem)
+	if err != nil {
+		return err
+	}
 	if err := c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
 		P(W), P(S), P(X), P(xrow), P(nw), F(eps), P(qkv), I(N), I(H), I(upb),
 		P(pos), P(slots), P(invFreq), P(kc), P(vc), I(nh), I(nkv), I(hd)); err != nil {

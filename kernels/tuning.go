@@ -20,8 +20,13 @@ type Tuning struct {
 	// ""), GemvDeep or GemvRing (see the constants).
 	Gemv string
 	// GemvI8 is the int8 GEMV family at batch 1: GemvDeep (the default,
-	// "") or GemvShallow. Other batch sizes always run the deep kernels.
+	// "") or another of GemvI8Families. Other batch sizes always run the
+	// deep kernels.
 	GemvI8 string
+	// NoGemvI8Wave: batch-1 int8 GEMVs keep gemvGrid's grid even when it
+	// takes more than one wave of resident blocks (by default they get
+	// more units per warp instead: LM head 29.9 -> 25.2 us on an H100).
+	NoGemvI8Wave bool
 	// GemvWarps fixes the warps per GEMV block: 8 (the default, 0), 4 or
 	// 2; GemvWarpsAuto picks per matrix (gemvGrid), measured slower in
 	// decode on an H100 (816 vs 865 tokens/s, docs/cuda.md).
@@ -80,11 +85,10 @@ func (t Tuning) withDefaults() (Tuning, error) {
 	default:
 		return bad("Gemv", t.Gemv)
 	}
-	switch t.GemvI8 {
-	case "":
+	if t.GemvI8 == "" {
 		t.GemvI8 = GemvDeep
-	case GemvDeep, GemvShallow:
-	default:
+	}
+	if _, ok := gemvI8Suffix[t.GemvI8]; !ok {
 		return bad("GemvI8", t.GemvI8)
 	}
 	switch t.GemvWarps {
@@ -129,7 +133,8 @@ func (t Tuning) withDefaults() (Tuning, error) {
 const (
 	EnvGemv          = "SPECGATE_GEMV"            // shallow | deep | ring: Gemv
 	EnvGemvDeep      = "SPECGATE_GEMV_DEEP"       // "1" (the round-3 switch): Gemv deep, unless SPECGATE_GEMV is set
-	EnvGemvI8        = "SPECGATE_GEMV_I8"         // deep | shallow: GemvI8
+	EnvGemvI8        = "SPECGATE_GEMV_I8"         // one of GemvI8Families: GemvI8
+	EnvGemvI8Wave    = "SPECGATE_GEMV_I8_WAVE"    // "0": NoGemvI8Wave, "1": not
 	EnvGemvWarps     = "SPECGATE_GEMV_WARPS"      // 8 | 4 | 2 | auto: GemvWarps
 	EnvGemvPrefetch  = "SPECGATE_GEMV_PREFETCH"   // "1": GemvPrefetch
 	EnvGemvRingBPS   = "SPECGATE_GEMV_RING_BPS"   // 0..8: GemvRingBlocksPerSM
@@ -161,9 +166,16 @@ func (t Tuning) WithEnv(getenv func(string) string) Tuning {
 			t.Gemv = GemvDeep
 		}
 	}
-	switch v := getenv(EnvGemvI8); v {
-	case GemvShallow, GemvDeep:
-		t.GemvI8 = v
+	if v := getenv(EnvGemvI8); v != "" {
+		if _, ok := gemvI8Suffix[v]; ok {
+			t.GemvI8 = v
+		}
+	}
+	switch getenv(EnvGemvI8Wave) {
+	case "0":
+		t.NoGemvI8Wave = true
+	case "1":
+		t.NoGemvI8Wave = false
 	}
 	switch v := getenv(EnvGemvWarps); v {
 	case "auto":
