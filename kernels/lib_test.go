@@ -113,7 +113,7 @@ func TestTuningDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Tuning{Gemv: GemvShallow, GemvI8: GemvDeep, GemvWarps: 8, GemvRingWarps: 8, AttnSplits: 8,
+	want := Tuning{Gemv: GemvShallow, GemvI8: GemvI8Hybrid8, GemvWarps: 8, GemvRingWarps: 8, AttnSplits: 8,
 		AttnSplitMinKeys: 256, HandoffSpin: DefaultHandoffSpin}
 	if !reflect.DeepEqual(d, want) {
 		t.Fatalf("defaults %+v, want %+v", d, want)
@@ -149,11 +149,21 @@ func TestTuningPerDevice(t *testing.T) {
 		t.Fatal("GEMV family not per device")
 	}
 	prev, err := ca.SetTuning(Tuning{GemvI8: GemvShallow, HandoffSpin: time.Second})
-	if err != nil || prev.GemvI8 != GemvDeep {
+	if err != nil || prev.GemvI8 != GemvI8Hybrid8 {
 		t.Fatalf("SetTuning: %+v, %v", prev, err)
 	}
-	if ca.gemvI8Name("gemv_i8_norm", 1) != "gemv_i8_norm_s_m1" || cb.gemvI8Name("gemv_i8_norm", 1) != "gemv_i8_norm_m1" {
+	if ca.gemvI8Name("gemv_i8_norm", 1) != "gemv_i8_norm_s_m1" || cb.gemvI8Name("gemv_i8_norm", 1) != "gemv_i8_norm_d4s_m1" {
 		t.Fatal("int8 GEMV family not per device")
+	}
+	for v, want := range map[string][2]string{GemvDeep: {"gemv_i8_swiglu_m1", "gemv_i8_resid_m1"},
+		GemvI8Hybrid: {"gemv_i8_swiglu_d4s_m1", "gemv_i8_resid_m1"}, GemvI8Hybrid8: {"gemv_i8_swiglu_d4s_m1", "gemv_i8_resid_rg8_m1"}} {
+		cb.d.tune.GemvI8 = v
+		if g, r := cb.gemvI8Name("gemv_i8_swiglu", 1), cb.gemvI8Name("gemv_i8_resid", 1); g != want[0] || r != want[1] {
+			t.Errorf("%s: kernels %s, %s; want %v", v, g, r, want)
+		}
+		if cb.gemvI8Name("gemv_i8_resid", 3) != "gemv_i8_resid_m3" {
+			t.Errorf("%s: batch 3 not deep", v)
+		}
 	}
 	if a.Tuning().HandoffSpin != DefaultHandoffSpin {
 		t.Fatal("SetTuning changed HandoffSpin")

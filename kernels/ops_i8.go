@@ -9,12 +9,12 @@ import "fmt"
 // and the kinds, shapes and row orders are theirs.
 
 // Int8 GEMV families at batch 1 (Tuning.GemvI8; other batch sizes always
-// run the deep kernels). All give the same bits (TestGemvI8).
-// GemvDeep (the default): 8 chunks of 16 weights per row in flight, 12 for
-// the residual GEMVs. GemvShallow: as many as a 2048- or 5632-wide row
-// needs, the next unit loaded while one is summed. Measured on an H100
-// (docs/device-notes.md, int8 call 2): decode 1319 tokens/s deep vs
-// 1182-1204 shallow.
+// run the deep kernels). All give the same bits (TestGemvI8). GemvDeep: 8
+// chunks of 16 weights per row in flight, 12 for the residual GEMVs.
+// GemvShallow: as many as a 2048- or 5632-wide row needs, the next unit
+// loaded while one is summed. Decode of the 1.1B shape on an H100
+// (docs/device-notes.md, quant call 2, tokens/s, fp16 967.9): hybrid8
+// 1434.1 (the default), hybrid 1432.6, deep4split 1399.2, deep 1207.8.
 const (
 	// GemvI8Deep4: 4 chunks per row (12 for the residual kinds) and at
 	// most 85 registers, so 3 blocks of 8 warps fit on an SM (deep's

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -19,9 +20,10 @@ type Tuning struct {
 	// Gemv is the fp16 GEMV family at batch 1: GemvShallow (the default,
 	// ""), GemvDeep or GemvRing (see the constants).
 	Gemv string
-	// GemvI8 is the int8 GEMV family at batch 1: GemvDeep (the default,
-	// "") or another of GemvI8Families. Other batch sizes always run the
-	// deep kernels.
+	// GemvI8 is the int8 GEMV family at batch 1: GemvI8Hybrid8 (the
+	// default, "": fastest decode measured, docs/quantization.md) or
+	// another of GemvI8Families. Other batch sizes always run the deep
+	// kernels.
 	GemvI8 string
 	// NoGemvI8Wave: batch-1 int8 GEMVs keep gemvGrid's grid even when it
 	// takes more than one wave of resident blocks (by default they get
@@ -86,7 +88,7 @@ func (t Tuning) withDefaults() (Tuning, error) {
 		return bad("Gemv", t.Gemv)
 	}
 	if t.GemvI8 == "" {
-		t.GemvI8 = GemvDeep
+		t.GemvI8 = GemvI8Hybrid8
 	}
 	if _, ok := gemvI8Suffix[t.GemvI8]; !ok {
 		return bad("GemvI8", t.GemvI8)
@@ -98,29 +100,20 @@ func (t Tuning) withDefaults() (Tuning, error) {
 	default:
 		return bad("GemvWarps", t.GemvWarps)
 	}
-	if t.GemvRingBlocksPerSM < 0 || t.GemvRingBlocksPerSM > 8 {
-		return bad("GemvRingBlocksPerSM", t.GemvRingBlocksPerSM)
-	}
-	switch {
-	case t.GemvRingWarps == 0:
-		t.GemvRingWarps = 8
-	case t.GemvRingWarps < 2 || t.GemvRingWarps > 8:
-		return bad("GemvRingWarps", t.GemvRingWarps)
-	}
-	if t.GemvRingMinK < 0 {
-		return bad("GemvRingMinK", t.GemvRingMinK)
-	}
-	switch {
-	case t.AttnSplits == 0:
-		t.AttnSplits = 8
-	case t.AttnSplits < 1 || t.AttnSplits > 64:
-		return bad("AttnSplits", t.AttnSplits)
-	}
-	switch {
-	case t.AttnSplitMinKeys == 0:
-		t.AttnSplitMinKeys = 256
-	case t.AttnSplitMinKeys < 1:
-		return bad("AttnSplitMinKeys", t.AttnSplitMinKeys)
+	// knob: 0 takes def, else v must lie in [lo, hi]
+	for _, k := range []struct {
+		name        string
+		v           *int
+		def, lo, hi int
+	}{{"GemvRingBlocksPerSM", &t.GemvRingBlocksPerSM, 0, 0, 8}, {"GemvRingWarps", &t.GemvRingWarps, 8, 2, 8},
+		{"GemvRingMinK", &t.GemvRingMinK, 0, 0, math.MaxInt}, {"AttnSplits", &t.AttnSplits, 8, 1, 64},
+		{"AttnSplitMinKeys", &t.AttnSplitMinKeys, 256, 1, math.MaxInt}} {
+		switch {
+		case *k.v == 0:
+			*k.v = k.def
+		case *k.v < k.lo || *k.v > k.hi:
+			return bad(k.name, *k.v)
+		}
 	}
 	if t.HandoffSpin == 0 {
 		t.HandoffSpin = DefaultHandoffSpin

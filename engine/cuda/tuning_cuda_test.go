@@ -39,7 +39,7 @@ func TestTuningPerBackend(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer b.Close()
-		if ta, tb := a.Tuning(), b.Tuning(); ta.Gemv != kernels.GemvShallow || ta.GemvWarps != 8 || ta.GemvI8 != kernels.GemvDeep ||
+		if ta, tb := a.Tuning(), b.Tuning(); ta.Gemv != kernels.GemvShallow || ta.GemvWarps != 8 || ta.GemvI8 != kernels.GemvI8Hybrid8 ||
 			tb.Gemv != kernels.GemvDeep || tb.GemvWarps != 4 || tb.GemvI8 != kernels.GemvShallow || !tb.NoAttnPreload {
 			t.Fatalf("tunings %+v / %+v", ta, tb)
 		}
