@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -56,16 +55,15 @@ func runConfig(args []string) error {
 // configCheck loads path exactly as serve --config does and reports every
 // problem serve would refuse, each with its key and line.
 func configCheck(path string, getenv func(string) string) error {
-	cfg, err := gateway.LoadConfig(path)
+	cfg, err := gateway.LoadConfigFile(path)
 	if err != nil {
-		return annotateConfigError(path, err)
+		return err
 	}
-	resolveConfigPaths(cfg, filepath.Dir(path))
 	if err := cfg.ApplyEnv(getenv); err != nil {
-		return annotateConfigError(path, fmt.Errorf("%s (after environment overrides): %w", path, err))
+		return gateway.AnnotateConfigError(path, fmt.Errorf("%s (after environment overrides): %w", path, err))
 	}
-	if errs := preflight(cfg, getenv); len(errs) > 0 {
-		return joinErrors(path, annotateKeyErrors(path, errs))
+	if errs := cfg.Preflight(getenv); len(errs) > 0 {
+		return gateway.ConfigProblems(path, errs)
 	}
 	var warn []string
 	for i, u := range cfg.Upstreams {
@@ -73,7 +71,7 @@ func configCheck(path string, getenv func(string) string) error {
 			warn = append(warn, fmt.Sprintf("upstreams[%d].api_key_env: %s is not set; requests to %s go without a key", i, u.APIKeyEnv, u.Name))
 		}
 	}
-	for _, w := range annotateKeyErrors(path, toErrors(warn)) {
+	for _, w := range gateway.AnnotateKeyErrors(path, toErrors(warn)) {
 		fmt.Printf("%s: warning: %v\n", path, w)
 	}
 	var models []string

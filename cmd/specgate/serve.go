@@ -39,11 +39,8 @@ func runServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	if errs := preflight(cfg, os.Getenv); len(errs) > 0 {
-		if f.config != "" {
-			errs = annotateKeyErrors(f.config, errs)
-		}
-		return joinErrors(f.config, errs)
+	if errs := cfg.Preflight(os.Getenv); len(errs) > 0 {
+		return gateway.ConfigProblems(f.config, errs)
 	}
 	log := newLogger(cfg, os.Stderr)
 	reg := prometheus.NewRegistry()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -77,11 +76,10 @@ func parseServeFlags(args []string) (serveFlags, error) {
 func buildServeConfig(f serveFlags, getenv func(string) string) (*gateway.Config, error) {
 	var cfg *gateway.Config
 	if f.config != "" {
-		c, err := gateway.LoadConfig(f.config)
+		c, err := gateway.LoadConfigFile(f.config)
 		if err != nil {
-			return nil, annotateConfigError(f.config, err)
+			return nil, err
 		}
-		resolveConfigPaths(c, filepath.Dir(f.config))
 		cfg = c
 	} else {
 		cfg = gateway.DefaultConfig()
@@ -128,27 +126,6 @@ func buildServeConfig(f serveFlags, getenv func(string) string) (*gateway.Config
 		return nil, err
 	}
 	return cfg, nil
-}
-
-// resolveConfigPaths makes the model, draft, Medusa heads and BERT paths of a config
-// file relative to the file's directory (dir), as a user reading the file
-// expects; data_dir and cache paths stay relative to the working directory.
-func resolveConfigPaths(cfg *gateway.Config, dir string) {
-	abs := func(p string) string {
-		if p == "" || filepath.IsAbs(p) {
-			return p
-		}
-		if a, err := filepath.Abs(filepath.Join(dir, p)); err == nil {
-			return a
-		}
-		return filepath.Join(dir, p)
-	}
-	for i := range cfg.Models {
-		cfg.Models[i].Path = abs(cfg.Models[i].Path)
-		cfg.Models[i].Draft = abs(cfg.Models[i].Draft)
-		cfg.Models[i].Speculative.Heads = abs(cfg.Models[i].Speculative.Heads)
-	}
-	cfg.Cache.Bert.Path = abs(cfg.Cache.Bert.Path)
 }
 
 // findShippedModel looks for the shipped target model (DefaultModelPath)
@@ -200,73 +177,6 @@ func moduleRoot(dir string) string {
 			return ""
 		}
 	}
-}
-
-// preflight checks what serve needs before it loads anything and returns
-// every problem found (not just the first), each naming its config key:
-// each model's directories (serving's ModelConfig.Check); key_env
-// variables set; the BERT directory; the data
-// directory creatable. serve refuses the config when this returns errors.
-func preflight(cfg *gateway.Config, getenv func(string) string) []error {
-	var errs []error
-	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	for i, m := range cfg.Models {
-		errs = append(errs, m.Check(fmt.Sprintf("models[%d]", i))...)
-	}
-	for i, k := range cfg.Auth.Keys {
-		if k.KeyEnv != "" && getenv(k.KeyEnv) == "" {
-			add("auth.keys[%d].key_env: environment variable %s is not set", i, k.KeyEnv)
-		}
-	}
-	if cfg.Cache.CacheEnabled() && cfg.Cache.Embedder == "bert" {
-		if st, err := os.Stat(cfg.Cache.Bert.Path); err != nil || !st.IsDir() {
-			add("cache.bert.path: %s: directory not found", cfg.Cache.Bert.Path)
-		}
-	}
-	if cfg.Cache.CacheEnabled() && cfg.Cache.Store == "sqlite" && cfg.Cache.SQLite.Path == "" {
-		if err := creatableDir(cfg.Server.DataDir); err != nil {
-			add("server.data_dir: %s: %v", cfg.Server.DataDir, err)
-		}
-	}
-	if cfg.Cache.CacheEnabled() && cfg.Cache.Index == "milvus" {
-		if err := milvusSupport(); err != nil {
-			add("cache.index: milvus: %v", err)
-		}
-	}
-	if _, port, err := net.SplitHostPort(cfg.Server.Addr); err == nil && port == "" {
-		add("server.addr: %q has no port", cfg.Server.Addr)
-	}
-	return errs
-}
-
-// creatableDir reports whether dir exists as a directory or could be made
-// (its nearest existing ancestor is a directory).
-func creatableDir(dir string) error {
-	for d := dir; ; d = filepath.Dir(d) {
-		st, err := os.Stat(d)
-		if err == nil {
-			if !st.IsDir() {
-				return fmt.Errorf("%s is not a directory", d)
-			}
-			return nil
-		}
-		if filepath.Dir(d) == d {
-			return err
-		}
-	}
-}
-
-// joinErrors formats preflight errors one per line under a heading.
-func joinErrors(file string, errs []error) error {
-	var b strings.Builder
-	if file != "" {
-		fmt.Fprintf(&b, "%s: ", file)
-	}
-	fmt.Fprintf(&b, "%d problem(s):", len(errs))
-	for _, e := range errs {
-		fmt.Fprintf(&b, "\n  %v", e)
-	}
-	return errors.New(b.String())
 }
 
 // announce prints where the server listens, for a person at a terminal.

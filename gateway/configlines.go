@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"fmt"
@@ -91,9 +91,11 @@ func parentPath(p string) string {
 	return p[:i]
 }
 
-// annotateConfigError adds "line N" (and the key, where yaml named only the
-// line) to an error about the config file at path.
-func annotateConfigError(path string, err error) error {
+// AnnotateConfigError adds "line N" (and the key, where yaml named only the
+// line) to an error about the config file at path (LoadConfigFile's
+// errors have it already; this is for errors found later, e.g. by
+// ApplyEnv). errors.Is/As still see err.
+func AnnotateConfigError(path string, err error) error {
 	data, rerr := os.ReadFile(path)
 	if rerr != nil {
 		return err
@@ -122,8 +124,9 @@ func annotateConfigError(path string, err error) error {
 	return err
 }
 
-// annotateKeyErrors prefixes each key-naming error with its line in path.
-func annotateKeyErrors(path string, errs []error) []error {
+// AnnotateKeyErrors prefixes each error that names a key of the config
+// file at path ("models[0].path: ...") with that key's line.
+func AnnotateKeyErrors(path string, errs []error) []error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return errs
