@@ -96,9 +96,6 @@ type Engine struct {
 	// walks the prefix cache, ~1000s of blocks on a GPU pool, and a second
 	// walk per step cost speculative requests several µs per step).
 	availBlocks int
-	// multiStep: seconds per token of multi-step greedy chunks
-	// (multistep_floor.go).
-	multiStep costWindow
 	// specStreak counts steps in a row that verified drafts; lastTrees is
 	// the number of trees of the last propose.
 	specStreak, lastTrees int
@@ -876,11 +873,9 @@ func (e *Engine) step(ready []*request, active int) []*request {
 			continue
 		}
 		if k := e.greedySteps(r, len(ready), active); k > 1 {
-			t0 := time.Now()
 			toks, err := r.seq.DecodeGreedy(r.generated[len(r.generated)-1], k)
 			switch {
 			case err == nil:
-				e.observeMultiStep(len(toks), time.Since(t0)) // multistep_floor.go
 				r.generated = append(r.generated, toks...)
 				e.generated.Add(int64(len(toks)))
 				if r.spec != nil {

@@ -302,9 +302,6 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 			}
 		}
 	}
-	// a lone greedy request's drafts must beat its multi-step rate
-	// (multistep_floor.go)
-	floor := e.plainFloor(reqs[0], len(reqs) == 1 && baseT == 1 && emit == 1 && active == 1)
 	for !e.opts.FixedDraft && used < e.opts.SpecBudget && used < room {
 		var best *specCand
 		var bestV float64
@@ -320,7 +317,7 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 		if best == nil {
 			break
 		}
-		now := max(E/(e.cost.at(T)+propTime), floor)
+		now := E / (e.cost.at(T) + propTime)
 		take := e.lookAhead(best, now, E, T, propTime, used, room, perReq[best.r], depth[best.propID], levelCost[best.propID])
 		if take == 0 {
 			break
