@@ -22,14 +22,14 @@ type HeadsProposer interface {
 // initDeviceHeads (newSpecState) picks the first proposer whose heads run
 // on the engine's backend.
 func (e *Engine) initDeviceHeads(sp *specState) {
-	for _, p := range sp.props {
+	for k, p := range sp.props {
 		hp, ok := p.(HeadsProposer)
 		if !ok {
 			continue
 		}
 		if id := hp.DeviceHeads(e.m.backend); id > 0 {
 			if hb, ok := e.m.backend.(HeadsBackend); ok && hb.HeadsWidth(id) > 0 {
-				sp.headsID, sp.headsW = id, hb.HeadsWidth(id)
+				sp.headsID, sp.headsW, sp.headsK = id, hb.HeadsWidth(id), k
 				return
 			}
 		}

@@ -48,6 +48,11 @@ type Options struct {
 	// machine: for tests of the budget's decisions, or a backend whose cost
 	// curve is known. Proposer calls are still timed.
 	StepCost func(tokens int) time.Duration
+	// StepClassCost, when set, replaces StepCost with a price per class of
+	// step: tree (the step verifies draft trees) and heads (it runs draft
+	// heads on the backend). The engine keeps one cost curve per class
+	// (stepClasses); StepCost prices every class alike.
+	StepClassCost func(tokens int, tree, heads bool) time.Duration
 	// AckWait is how long a step waits for requests still handing their last
 	// token to their caller, so that they join the batch; 0 = 2ms.
 	AckWait time.Duration
@@ -79,11 +84,19 @@ type Engine struct {
 	forwards, specSteps, specProposed, specAccepted, specBudget atomic.Int64
 	proposeErrors                                               atomic.Int64
 	acceptedAt                                                  [statDepths]atomic.Int64
+	// nanoseconds of host time: steps, their Propose phase (budget and
+	// proposer calls), their backend forwards
+	stepNs, proposeNs, forwardNs atomic.Int64
 
 	// scheduler-owned
 	nextID  RequestID
 	admitNo uint64
-	cost    stepCost
+	// cost prices plain steps; costTree steps that verify draft trees
+	// (on the GPU those run another path: exact chunked GEMVs, the rows'
+	// argmax), costHeads steps that run draft heads on the backend, and
+	// costTreeHeads both (stepClasses).
+	cost, costTree, costHeads, costTreeHeads stepCost
+	calibrated, calibratedHeads              bool
 	// propCost: seconds of one Propose call per depth level, the median of
 	// recent calls (a mean took the spikes of a shared machine and the
 	// catch-up of a draft model after dormant steps: measured here, a
@@ -125,6 +138,12 @@ type Stats struct {
 	// ProposeErrors counts requests whose proposer failed or returned an
 	// invalid tree in a step (the request then decoded plainly).
 	ProposeErrors int64
+	// StepTime is the wall time of the scheduler's steps (building the
+	// batch, proposing, the forward, sampling and verification; not the
+	// waits between steps); ProposeTime the part spent deciding draft
+	// budgets and in Propose calls, ForwardTime the part in the target's
+	// forwards.
+	StepTime, ProposeTime, ForwardTime time.Duration
 }
 
 // Stats returns current counters. Safe for concurrent use.
@@ -136,7 +155,8 @@ func (e *Engine) Stats() Stats {
 		PrefixBlocks: kv.CachedBlocks(), PrefixLookups: lookups, PrefixHits: hits,
 		Forwards: e.forwards.Load(), SpecSteps: e.specSteps.Load(), SpecProposed: e.specProposed.Load(),
 		SpecAccepted: e.specAccepted.Load(), SpecBudgetUsed: e.specBudget.Load(),
-		ProposeErrors: e.proposeErrors.Load()}
+		ProposeErrors: e.proposeErrors.Load(), StepTime: time.Duration(e.stepNs.Load()),
+		ProposeTime: time.Duration(e.proposeNs.Load()), ForwardTime: time.Duration(e.forwardNs.Load())}
 	for i := range st.AcceptedAt {
 		st.AcceptedAt[i] = e.acceptedAt[i].Load()
 	}
@@ -165,6 +185,7 @@ func New(m *Model, opts Options) *Engine {
 	}
 	e := &Engine{m: m, opts: opts, events: make(chan event, 64), quit: make(chan struct{}), done: make(chan struct{}),
 		propCost: map[Proposer]*costWindow{}, props: map[Proposer]*propState{}}
+	e.costTree.of, e.costHeads.of, e.costTreeHeads.of = &e.cost, &e.cost, &e.costTree
 	go e.loop()
 	return e
 }
@@ -845,6 +866,8 @@ type stepItem struct {
 // speculative request's draft tree, then sampling and tree verification.
 // It returns the requests that were handed an output.
 func (e *Engine) step(ready []*request, active int) []*request {
+	tStep := time.Now()
+	defer func() { e.stepNs.Add(int64(time.Since(tStep))) }()
 	var items []BatchItem
 	var plan []stepItem
 	var decoding []*request // speculative requests decoding in this step
@@ -917,7 +940,9 @@ func (e *Engine) step(ready []*request, active int) []*request {
 				emit++
 			}
 		}
+		tProp := time.Now()
 		trees := e.propose(decoding, baseT, emit, len(ready))
+		e.proposeNs.Add(int64(time.Since(tProp)))
 		for i := range plan {
 			t := trees[plan[i].r]
 			if t == nil || t.Len() == 0 {
@@ -951,6 +976,7 @@ func (e *Engine) step(ready []*request, active int) []*request {
 		}
 		err = e.m.ForwardBatch(items)
 	}
+	e.forwardNs.Add(int64(time.Since(t0)))
 	e.forwards.Add(1)
 	if err != nil {
 		// isolate the failing request(s): forward one by one.
@@ -994,14 +1020,17 @@ func (e *Engine) step(ready []*request, active int) []*request {
 	if err == nil {
 		// the step's cost beyond proposing: forward, sampling, verification
 		T := 0
-		for _, it := range items {
+		tree, heads := false, false
+		for i, it := range items {
 			T += len(it.Tokens)
+			tree = tree || plan[i].tree != nil
+			heads = heads || it.Heads > 0
 		}
 		secs := time.Since(t0).Seconds()
-		if e.opts.StepCost != nil {
-			secs = e.opts.StepCost(T).Seconds()
+		if c, ok := e.fixedCost(T, tree, heads); ok {
+			secs = c
 		}
-		e.cost.observe(T, secs)
+		e.costOf(tree, heads).observe(T, secs)
 	}
 	return served
 }

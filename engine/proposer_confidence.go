@@ -43,9 +43,10 @@ const specLookAhead = 8
 // chain, which a model-free draft that keeps matching (a prediction, a
 // copied prompt) needs to get long drafts at all. For j = 1 this is the
 // plain one-node test. now is the step's current expected tokens per
-// second, E its expected tokens, T its token count; the rest are the
-// budget's running limits and c's proposer's depth and per-level cost.
-func (e *Engine) lookAhead(c *specCand, now, E float64, T int, propTime float64, used, room, perReq, depth int, levelCost float64) int {
+// second, E its expected tokens, T its token count; cost prices the step
+// with the new nodes (stepClasses); the rest are the budget's running
+// limits and c's proposer's depth and per-level cost.
+func (e *Engine) lookAhead(c *specCand, cost *stepCost, now, E float64, T int, propTime float64, used, room, perReq, depth int, levelCost float64) int {
 	run, gain, extra := c.run, 0.0, 0.0
 	for j := 1; j <= specLookAhead; j++ {
 		if c.n+j > c.cap || perReq+j > e.opts.MaxDraft || used+j > e.opts.SpecBudget || used+j > room {
@@ -56,7 +57,7 @@ func (e *Engine) lookAhead(c *specCand, now, E float64, T int, propTime float64,
 		if c.n+j > depth {
 			extra += levelCost
 		}
-		if (E+gain)/(e.cost.at(T+j)+propTime+extra) > now*specMargin {
+		if (E+gain)/(cost.at(T+j)+propTime+extra) > now*specMargin {
 			return j
 		}
 	}

@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -25,13 +27,15 @@ type specState struct {
 	// declined: in the request's last step the budget granted its
 	// proposers nothing (false before its first decode step).
 	declined bool
+	// lastProbe[k] is the engine step of proposer k's last probe of the request.
+	lastProbe []int64
 	// from[i] has bit k set when proposer k proposed node i of this step's tree.
 	from []uint64
 	id   RequestID // the request's id, for Confident proposers
 	// headsID, headsW: the device heads of a HeadsProposer (devheads.go) and
 	// their NumHeads*TopK; headTop: their candidates for the pending token.
-	headsID, headsW int
-	headTop         []int32
+	headsID, headsW, headsK int // headsK: the proposer's index in props
+	headTop                 []int32
 }
 
 const (
@@ -57,6 +61,10 @@ type propState struct {
 	acc        []float64 // EWMA over all requests' verified steps
 	idle       int       // steps in a row in which the budget granted it nothing
 	probeEvery int
+	// dormant: its last probe did not pay (and nothing was granted since):
+	// a new request does not fetch its hidden row (or run device heads)
+	// until a probe or a grant asks for it.
+	dormant bool
 }
 
 func (e *Engine) propStateOf(p Proposer) *propState {
@@ -70,14 +78,18 @@ func (e *Engine) propStateOf(p Proposer) *propState {
 
 func (e *Engine) newSpecState(props []Proposer, typ *TypicalAcceptance) *specState {
 	sp := &specState{props: props, typical: typ,
-		acc: make([][]float64, len(props)), stats: make([]SourceStats, len(props)), glob: make([]*propState, len(props))}
+		acc: make([][]float64, len(props)), stats: make([]SourceStats, len(props)), glob: make([]*propState, len(props)),
+		lastProbe: make([]int64, len(props))}
+	dormant := true
 	for k, p := range props {
-		if h, ok := p.(HiddenNeeder); ok && h.NeedsHidden() {
-			sp.needHidden = true
-		}
 		sp.acc[k] = []float64{}
 		sp.glob[k] = e.propStateOf(p)
+		if h, ok := p.(HiddenNeeder); ok && h.NeedsHidden() {
+			sp.needHidden = true
+			dormant = dormant && sp.glob[k].dormant
+		}
 	}
+	sp.skipHidden = sp.needHidden && dormant && !e.opts.FixedDraft
 	e.initDeviceHeads(sp)
 	return sp
 }
@@ -136,10 +148,29 @@ func (a *ewma) add(x float64) {
 	a.v += w * (x - a.v)
 }
 
-// calibrate times target forwards of a few sizes once (a chain below a
-// short context on a scratch sequence), so that the first speculative
-// steps are priced by measurement rather than a guess. Best of 3.
-func (e *Engine) calibrate() {
+// calibrate times target forwards of a few sizes once per class of step
+// (plain, tree; with headsID > 0 also both with those draft heads): a
+// chain below a short context on a scratch sequence, so that the first
+// speculative steps are priced by measurement rather than a guess. Best
+// of 3. Greedy trees are timed with the rows' argmax on the device where
+// the backend has it, as the engine's greedy trees run.
+func (e *Engine) calibrate(headsID int) {
+	type class struct {
+		tree  bool
+		heads int
+	}
+	var classes []class
+	if !e.calibrated {
+		e.calibrated = true
+		classes = append(classes, class{false, 0}, class{true, 0})
+	}
+	if headsID > 0 && !e.calibratedHeads {
+		e.calibratedHeads = true
+		classes = append(classes, class{false, headsID}, class{true, headsID})
+	}
+	if len(classes) == 0 {
+		return
+	}
 	m := e.m
 	maxPos := m.Config.MaxPositions
 	ctxLen := max(min(32, maxPos/4), 1)
@@ -154,30 +185,50 @@ func (e *Engine) calibrate() {
 	if _, err := s.Forward(ctx, nil, []int32{}); err != nil {
 		return
 	}
-	for _, n := range sizes {
-		if ctxLen+n >= maxPos {
-			break
-		}
-		toks, par := make([]int32, n), make([]int32, n)
-		for i := range toks {
-			toks[i], par[i] = int32((11+5*i)%V), int32(i)-1
-		}
-		if e.opts.StepCost != nil {
-			e.cost.observeCalibrated(n, e.opts.StepCost(n).Seconds())
-			continue
-		}
-		best := math.Inf(1)
-		for range 3 {
-			t0 := time.Now()
-			if _, err := s.Forward(toks, par, nil); err != nil {
-				return
+	ra, ok := m.backend.(RowArgmaxer)
+	argmax := ok && ra.ArgmaxOnDevice()
+	for _, cl := range classes {
+		for _, n := range sizes {
+			if ctxLen+n >= maxPos {
+				break
 			}
-			best = min(best, time.Since(t0).Seconds())
-			if err := s.KeepTree(nil); err != nil {
-				return
+			if cl.tree && n == 1 {
+				continue // a tree has the pending token and at least one node
 			}
+			cost := e.costOf(cl.tree, cl.heads > 0)
+			if c, ok := e.fixedCost(n, cl.tree, cl.heads > 0); ok {
+				cost.observeCalibrated(n, c)
+				continue
+			}
+			toks := make([]int32, n)
+			var par []int32
+			if cl.tree {
+				par = make([]int32, n)
+			}
+			for i := range toks {
+				toks[i] = int32((11 + 5*i) % V)
+				if par != nil {
+					par[i] = int32(i) - 1
+				}
+			}
+			best := math.Inf(1)
+			for range 3 {
+				it := []BatchItem{{Seq: s, Tokens: toks, Parents: par, Heads: cl.heads, ArgmaxOnly: argmax}}
+				t0 := time.Now()
+				if err := m.ForwardBatch(it); err != nil {
+					return
+				}
+				best = min(best, time.Since(t0).Seconds())
+				if cl.tree {
+					if err := s.KeepTree(nil); err != nil {
+						return
+					}
+				} else {
+					s.Truncate(ctxLen)
+				}
+			}
+			cost.observeCalibrated(n, best)
 		}
-		e.cost.observeCalibrated(n, best)
 	}
 }
 
@@ -192,11 +243,12 @@ func (e *Engine) mayPay(c *specCand, baseT, emit int) bool {
 		lc = pc.v
 	}
 	base := float64(emit) / e.cost.at(baseT)
+	drafted := e.costOf(true, c.heads())
 	gain, run := 0.0, 1.0
 	for d := 1; d <= min(c.cap, 8); d++ {
 		run *= min(1, c.r.spec.accAt(c.k, d)+optimisticLift)
 		gain += run
-		if (float64(emit)+gain)/(e.cost.at(baseT+d)+float64(d)*lc) > base*specMargin {
+		if (float64(emit)+gain)/(drafted.at(baseT+d)+float64(d)*lc) > base*specMargin {
 			return true
 		}
 	}
@@ -214,6 +266,116 @@ type specCand struct {
 	paid   bool // the budget granted nodes beyond the probe: speculation pays
 	due    bool // a probe was due but could not pay at the measured costs
 	propID int  // index into the step's distinct proposers
+	blind  bool // needs the hidden row (heads' candidates) the last step did not fetch
+	// depthCap is a blind candidate's cap had it its hidden row (planHidden)
+	depthCap int
+}
+
+// probeShare is the part of a proposer's requests (at least probeMin)
+// probed together when its probe is due: a draft model's probe first
+// catches its KV up with each probed request's context (measured on the
+// H100: 5.9 ms for the 20 requests of bench spec at concurrency 32, 9% of
+// the run, to verify 2 nodes), and a few requests refresh the proposer's
+// acceptance estimate as well as all of them.
+const (
+	probeShare = 4
+	probeMin   = 2
+)
+
+// limitProbes keeps, per proposer, the probes of its least recently
+// probed requests: at most max(probeMin, n/probeShare) of its n
+// candidates.
+func limitProbes(cands []*specCand) {
+	var by map[*propState][]*specCand
+	n := map[*propState]int{}
+	for _, c := range cands {
+		g := c.r.spec.glob[c.k]
+		n[g]++
+		if c.probe {
+			if by == nil {
+				by = map[*propState][]*specCand{}
+			}
+			by[g] = append(by[g], c)
+		}
+	}
+	for g, cs := range by {
+		keep := max(probeMin, n[g]/probeShare)
+		if len(cs) <= keep {
+			continue
+		}
+		slices.SortStableFunc(cs, func(a, b *specCand) int {
+			return cmp.Compare(a.r.spec.lastProbe[a.k], b.r.spec.lastProbe[b.k])
+		})
+		for _, c := range cs[keep:] {
+			c.probe = false
+		}
+	}
+}
+
+// blind reports whether proposer k needs the request's hidden row (or its
+// device heads' candidates) and the last step did not fetch it.
+func (sp *specState) blind(k int) bool {
+	h, ok := sp.props[k].(HiddenNeeder)
+	if !ok || !h.NeedsHidden() {
+		return false
+	}
+	if sp.headsID > 0 && k == sp.headsK {
+		return len(sp.headTop) == 0
+	}
+	return len(sp.hidden) == 0
+}
+
+// planHidden decides, after the budget, which requests fetch their hidden
+// row (or run their device heads) in the next step: only those whose
+// hidden proposer may draft then, as the heads cost a step its share
+// (priced in costHeads/costTreeHeads). That is a request granted nodes in
+// this step (it speculates: the next step likely grants again), in fixed
+// mode every one, one that could not draft in this step while its
+// proposer paid for others (it joins them), and one whose proposer's
+// probe is due in the next step, among those limitProbes would pick,
+// when the probe may pay.
+func (e *Engine) planHidden(cands []*specCand, paid map[*propState]bool, baseT, emit int) {
+	var due []*specCand
+	for _, c := range cands {
+		sp := c.r.spec
+		if sp.needHidden {
+			sp.skipHidden = true
+		}
+	}
+	for _, c := range cands {
+		sp := c.r.spec
+		if h, ok := sp.props[c.k].(HiddenNeeder); !ok || !h.NeedsHidden() {
+			continue
+		}
+		g := sp.glob[c.k]
+		switch {
+		case c.n > 0 || e.opts.FixedDraft || (c.blind && paid[g]):
+			sp.skipHidden = false
+		case g.idle >= g.probeEvery:
+			d := *c
+			d.blind, d.probe, d.due = false, false, false
+			if c.blind {
+				d.cap = c.depthCap
+			}
+			if e.mayPay(&d, baseT, emit) {
+				d.probe = true
+				due = append(due, &d)
+			}
+		}
+	}
+	limitProbes(due)
+	for _, c := range due {
+		if c.probe {
+			c.r.spec.skipHidden = false
+		}
+	}
+}
+
+// heads reports whether c's drafts come from heads that run on the
+// backend: speculating with them runs the heads in every step.
+func (c *specCand) heads() bool {
+	sp := c.r.spec
+	return sp.headsID > 0 && c.k == sp.headsK
 }
 
 // propose asks every speculative request's proposers for draft trees, one
@@ -221,8 +383,12 @@ type specCand struct {
 // baseT tokens are already in the step's forward and emit requests decode
 // in it. It returns each request's merged tree (nil: decode plainly).
 func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]*Proposal {
-	if !e.cost.known() {
-		e.calibrate()
+	headsID := 0
+	for _, r := range reqs {
+		headsID = max(headsID, r.spec.headsID)
+	}
+	if !e.calibrated || (headsID > 0 && !e.calibratedHeads) {
+		e.calibrate(headsID)
 	}
 	if !e.opts.FixedDraft && e.specStreak >= exploreEvery {
 		// one step without drafts after a run of speculative steps keeps
@@ -261,7 +427,13 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 			if maxDepth > 0 {
 				g := sp.glob[k]
 				c := &specCand{r: r, k: k, cap: maxDepth, run: 1, propID: id}
-				if g.idle >= g.probeEvery {
+				if sp.blind(k) {
+					// its hidden row (or device heads' candidates) was not
+					// fetched in the last step: it cannot draft in this one;
+					// a due probe did not pay (planHidden found it could not)
+					c.cap, c.blind, c.due = 0, true, g.idle >= g.probeEvery
+					c.depthCap = maxDepth
+				} else if g.idle >= g.probeEvery {
 					c.probe = e.mayPay(c, baseT, emit)
 					c.due = !c.probe // due, but could not pay: counts as a probe that did not pay
 				}
@@ -269,6 +441,7 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 			}
 		}
 	}
+	limitProbes(cands)
 	levelCost := make([]float64, len(props))
 	for i, p := range props {
 		if c := e.propCost[p]; c != nil {
@@ -280,6 +453,7 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 	T, E := baseT, float64(emit)
 	propTime := 0.0
 	used := 0
+	heads := false // a granted candidate's heads run on the backend
 	// probes first: a small draft whatever the estimate (fixed: the full one).
 	for _, c := range cands {
 		if !c.probe && !e.opts.FixedDraft {
@@ -296,6 +470,7 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 			perReq[c.r]++
 			T++
 			E += c.run
+			heads = heads || c.heads()
 			if c.n > depth[c.propID] {
 				propTime += levelCost[c.propID] * float64(c.n-depth[c.propID])
 				depth[c.propID] = c.n
@@ -317,11 +492,16 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 		if best == nil {
 			break
 		}
-		now := E / (e.cost.at(T) + propTime)
-		take := e.lookAhead(best, now, E, T, propTime, used, room, perReq[best.r], depth[best.propID], levelCost[best.propID])
+		// the step as it stands (plain until a node is granted) against the
+		// step with best's next nodes: a tree step, with heads when its
+		// heads run on the backend
+		now := E / (e.costOf(used > 0, heads).at(T) + propTime)
+		drafted := e.costOf(true, heads || best.heads())
+		take := e.lookAhead(best, drafted, now, E, T, propTime, used, room, perReq[best.r], depth[best.propID], levelCost[best.propID])
 		if take == 0 {
 			break
 		}
+		heads = heads || best.heads()
 		best.paid = true
 		for range take {
 			extra := 0.0
@@ -350,22 +530,9 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 		paid[g] = paid[g] || c.paid || (e.opts.FixedDraft && c.n > 0)
 		probed[g] = probed[g] || (c.probe && c.n > 0) || c.due
 	}
-	// hidden rows for the next step only where a hidden proposer may draft then
 	for _, c := range cands {
-		sp := c.r.spec
-		if !sp.needHidden {
-			continue
-		}
-		sp.skipHidden = true
-	}
-	for _, c := range cands {
-		sp := c.r.spec
-		if _, ok := sp.props[c.k].(HiddenNeeder); !ok || !sp.needHidden {
-			continue
-		}
-		g := sp.glob[c.k]
-		if c.n > 0 || e.opts.FixedDraft || g.idle+2 >= g.probeEvery {
-			sp.skipHidden = false
+		if c.probe && c.n > 0 {
+			c.r.spec.lastProbe[c.k] = e.steps.Load()
 		}
 	}
 	for _, c := range cands {
@@ -379,13 +546,14 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 	for g := range paid {
 		switch {
 		case paid[g]:
-			g.idle, g.probeEvery = 0, probeEvery
+			g.idle, g.probeEvery, g.dormant = 0, probeEvery, false
 		case probed[g]:
-			g.idle, g.probeEvery = 0, min(g.probeEvery*2, maxProbeEvery)
+			g.idle, g.probeEvery, g.dormant = 0, min(g.probeEvery*2, maxProbeEvery), true
 		default:
 			g.idle++
 		}
 	}
+	e.planHidden(cands, paid, baseT, emit)
 	// one Propose call per proposer
 	type call struct {
 		reqs  []ProposeRequest

@@ -31,6 +31,20 @@ type stepCost struct {
 	// keys[0] = 1 with ratio 1.
 	keys []int
 	ys   []float64
+	// of, when set, makes this the curve of another class of steps (steps
+	// that verify trees, steps that run draft heads; see stepClasses),
+	// priced relative to of's one-token step: its timings of every size,
+	// one token included, are ratios to that base, it has no anchor at
+	// (1, 1), and while it has no timings at all it prices as of does.
+	of *stepCost
+}
+
+// root is the plain curve whose one-token step scales c.
+func (c *stepCost) root() *stepCost {
+	for c.of != nil {
+		c = c.of
+	}
+	return c
 }
 
 // costBucket maps T to its bucket: exact up to 16, then powers of two.
@@ -69,12 +83,13 @@ func (c *stepCost) observeN(T int, secs float64, times int) {
 	if T <= 0 || !(secs > 0) {
 		return
 	}
-	if T == 1 {
+	if T == 1 && c.of == nil {
 		for range times {
 			c.base.add(secs)
 		}
 	} else {
-		if c.base.n == 0 {
+		base := &c.root().base
+		if base.n == 0 {
 			return
 		}
 		if c.ratios == nil {
@@ -87,16 +102,29 @@ func (c *stepCost) observeN(T int, secs float64, times int) {
 			c.ratios[b] = w
 		}
 		for range times {
-			w.add(secs / c.base.v)
+			w.add(secs / base.v)
 		}
 	}
-	c.keys = append(c.keys[:0], 1)
+	c.rebuild()
+}
+
+// rebuild recomputes keys and ys from the ratio windows.
+func (c *stepCost) rebuild() {
+	c.keys, c.ys = c.keys[:0], c.ys[:0]
+	anchor := c.of == nil // the plain curve: (1, 1) by definition, dense
+	if anchor {
+		c.keys = append(c.keys, 1)
+	}
 	for k := range c.ratios {
 		c.keys = append(c.keys, k)
 	}
-	sort.Ints(c.keys[1:])
-	c.ys = append(c.ys[:0], 1)
-	for _, k := range c.keys[1:] {
+	if anchor {
+		sort.Ints(c.keys[1:])
+		c.ys = append(c.ys, 1)
+	} else {
+		sort.Ints(c.keys)
+	}
+	for _, k := range c.keys[len(c.ys):] {
 		c.ys = append(c.ys, c.ratios[k].v)
 	}
 	// sparse sizes: at most the interpolation of the nearest dense ones
@@ -107,21 +135,29 @@ func (c *stepCost) observeN(T int, secs float64, times int) {
 	// above every dense one kept its own timing and set the slope beyond
 	// it: one spike (50 ms at T=40) priced every larger step from it, and
 	// a size priced too high is never granted, so never timed again.
-	lo, prev := 0, -1 // the last dense index and the dense one before it
+	lo, prev := -1, -1 // the last dense index and the dense one before it
+	dense := func(i int) bool { return (anchor && i == 0) || c.ratios[c.keys[i]].n >= denseAt }
 	dv := func(i int) float64 {
-		if i == 0 {
+		if anchor && i == 0 {
 			return 1
 		}
 		return c.ratios[c.keys[i]].v
 	}
-	for i := 1; i < len(c.keys); i++ {
-		if c.ratios[c.keys[i]].n >= denseAt {
+	for i := 0; i < len(c.keys); i++ {
+		if dense(i) {
 			lo, prev = i, lo
 			continue
 		}
 		hi := i + 1
-		for hi < len(c.keys) && c.ratios[c.keys[hi]].n < denseAt {
+		for hi < len(c.keys) && !dense(hi) {
 			hi++
+		}
+		switch {
+		case lo < 0 && hi == len(c.keys):
+			continue // nothing dense in this class: its own timings
+		case lo < 0:
+			c.ys[i] = min(c.ys[i], dv(hi)) // below the smallest dense size
+			continue
 		}
 		if hi == len(c.keys) {
 			slope := sparseSlope
@@ -136,7 +172,7 @@ func (c *stepCost) observeN(T int, secs float64, times int) {
 	}
 	// monotone: a size costs at most what the next larger measured size
 	// costs (timings err upwards), and at least a one-token step.
-	for i := len(c.ys) - 2; i >= 1; i-- {
+	for i := len(c.ys) - 2; i >= 0; i-- {
 		c.ys[i] = min(c.ys[i], c.ys[i+1])
 	}
 	for i := range c.ys {
@@ -150,21 +186,28 @@ func (c *stepCost) observeN(T int, secs float64, times int) {
 const sparseSlope = 0.05
 
 // known reports whether any step was measured.
-func (c *stepCost) known() bool { return c.base.n > 0 }
+func (c *stepCost) known() bool { return c.root().base.n > 0 }
 
 // at estimates the seconds of a T-token step: the one-token cost times the
 // ratio, linear between measured buckets, the last slope beyond the
 // largest (at least 5% of a one-token step per token); never decreasing
 // with T.
 func (c *stepCost) at(T int) float64 {
-	if c.base.n == 0 {
+	r := c.root()
+	if r.base.n == 0 {
 		return 1 + 0.1*float64(T-1) // unmeasured: a relative guess
 	}
-	return c.base.v * c.ratioAt(T)
+	return r.base.v * c.ratioAt(T)
 }
 
 func (c *stepCost) ratioAt(T int) float64 {
 	keys, ys := c.keys, c.ys
+	if len(keys) == 0 {
+		if c.of != nil {
+			return c.of.ratioAt(T) // no timings of this class yet
+		}
+		return 1
+	}
 	if T <= keys[0] {
 		return ys[0]
 	}
@@ -206,4 +249,42 @@ func (w *costWindow) add(x float64) {
 	} else {
 		w.v = (s[w.n/2-1] + s[w.n/2]) / 2
 	}
+}
+
+// Step classes. On the GPU a step's cost is not a function of its token
+// count alone: a step that verifies trees runs another path than a plain
+// step of the same size (exact chunked GEMVs beyond 8 tokens instead of
+// one cuBLAS GEMM, each row's argmax), and draft heads add their own
+// launches. One curve for all of them priced a tree of 33 tokens by plain
+// 32-token steps and prefill chunks (measured on the H100: a tree step at
+// concurrency 20 cost 3.2x the plain step the budget compared it with, and
+// Medusa's adaptive mode ran at 0.50x plain). So the engine keeps a curve
+// per class, all relative to the plain one-token step, and compares a
+// step with drafts (tree, with heads when its proposer's heads run on the
+// backend: speculating with them means running them every step) against
+// the plain step it replaces.
+
+// costOf is the cost curve of a step of the given class.
+func (e *Engine) costOf(tree, heads bool) *stepCost {
+	switch {
+	case tree && heads:
+		return &e.costTreeHeads
+	case tree:
+		return &e.costTree
+	case heads:
+		return &e.costHeads
+	}
+	return &e.cost
+}
+
+// fixedCost is the price Options.StepClassCost or StepCost sets for a
+// step (ok false: none, the step's timing counts).
+func (e *Engine) fixedCost(T int, tree, heads bool) (float64, bool) {
+	switch {
+	case e.opts.StepClassCost != nil:
+		return e.opts.StepClassCost(T, tree, heads).Seconds(), true
+	case e.opts.StepCost != nil:
+		return e.opts.StepCost(T).Seconds(), true
+	}
+	return 0, false
 }

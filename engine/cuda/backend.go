@@ -398,7 +398,7 @@ func (b *Backend) freeScratch(c *kernels.Ctx) {
 // metaLayout gives int32 offsets of the metadata arrays for capacities
 // (tokens T, slot list S, mask words W, logit rows R).
 type metaLayout struct {
-	tokens, pos, slots, kvoff, kvlen, cached, maskoff, rows, tiles, rest, slotList, mask, total int
+	tokens, pos, slots, kvoff, kvlen, cached, maskoff, rows, tiles, rest, hrows, slotList, mask, total int
 }
 
 func layoutFor(T, S, W, R int) metaLayout {
@@ -407,7 +407,7 @@ func layoutFor(T, S, W, R int) metaLayout {
 	next := func(n int) int { r := o; o += (n + 3) / 4 * 4; return r } // 16-byte aligned
 	m.tokens, m.pos, m.slots = next(T), next(T), next(T)
 	m.kvoff, m.kvlen, m.cached, m.maskoff = next(T), next(T), next(T), next(T)
-	m.rows, m.tiles, m.rest = next(R), next(2*T), next(T)
+	m.rows, m.tiles, m.rest, m.hrows = next(R), next(2*T), next(T), next(R)
 	m.slotList, m.mask = next(S), next(max(W, 1))
 	m.total = o
 	return m

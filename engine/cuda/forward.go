@@ -18,6 +18,7 @@ type flatBatch struct {
 	slotList                     []int32
 	mask                         []int32 // uint32 bit rows, stored as int32
 	reqRows                      []int   // first logits row of each request
+	hrows                        []int32 // global token index of each logits row of the requests with Heads (heads.go)
 	// tiles: (first token, tokens) pairs of prefill chunks whose attention
 	// runs through attn_tile; rest: the other tokens (nil when tiles is
 	// empty: then every token runs through the per-token kernel).
@@ -34,7 +35,8 @@ func (b *Backend) flatten(reqs []*engine.ForwardRequest) (*flatBatch, error) {
 	fb := &b.hostFlat
 	*fb = flatBatch{tokens: fb.tokens[:0], pos: fb.pos[:0], slots: fb.slots[:0], kvoff: fb.kvoff[:0],
 		kvlen: fb.kvlen[:0], cached: fb.cached[:0], maskof: fb.maskof[:0], rows: fb.rows[:0],
-		slotList: fb.slotList[:0], mask: fb.mask[:0], reqRows: fb.reqRows[:0], tiles: fb.tiles[:0], rest: fb.rest[:0]}
+		slotList: fb.slotList[:0], mask: fb.mask[:0], reqRows: fb.reqRows[:0], tiles: fb.tiles[:0], rest: fb.rest[:0],
+		hrows: fb.hrows[:0]}
 	V, ns := b.cfg.VocabSize, int32(b.opt.NumSlots)
 	for ri, r := range reqs {
 		n := len(r.Tokens)
@@ -127,6 +129,9 @@ func (b *Backend) flatten(reqs []*engine.ForwardRequest) (*flatBatch, error) {
 				}
 				fb.rows = append(fb.rows, int32(t0)+lr)
 			}
+		}
+		if r.Heads > 0 {
+			fb.hrows = append(fb.hrows, fb.rows[fb.reqRows[len(fb.reqRows)-1]:]...)
 		}
 	}
 	fb.T, fb.R, fb.S, fb.W = len(fb.tokens), len(fb.rows), len(fb.slotList), len(fb.mask)
@@ -404,6 +409,7 @@ func (b *Backend) uploadMeta(c *kernels.Ctx, fb *flatBatch) (metaLayout, unsafe.
 	copy(hm[lay.rows:], fb.rows)
 	copy(hm[lay.tiles:], fb.tiles)
 	copy(hm[lay.rest:], fb.rest)
+	copy(hm[lay.hrows:], fb.hrows)
 	b.nTiles, b.nRest = len(fb.tiles)/2, len(fb.rest)
 	copy(hm[lay.slotList:], fb.slotList)
 	copy(hm[lay.mask:], fb.mask)

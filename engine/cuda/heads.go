@@ -63,6 +63,9 @@ type headsIO struct {
 	sets []*headsSet
 	cur  *headsSet // set by headsBegin for one forward; nil: no heads
 	cur0 int       // index+1 of cur (graph key)
+	// rows: the step's head rows, the logits rows of the requests that
+	// ask for heads (flatBatch.hrows): the heads run on those rows only.
+	rows int
 	// scratch (device) and its capacity in bytes
 	hid, a, bb, y16, logits, top, cv, ci kernels.DevicePtr
 	caps                                 [8]int
@@ -185,26 +188,31 @@ func (b *Backend) LoadHeads(h *engine.DraftHeads) (int, error) {
 // request wants its rows' argmax, and sizes the scratch for fb.R rows.
 func (b *Backend) headsBegin(c *kernels.Ctx, reqs []*engine.ForwardRequest, fb *flatBatch) error {
 	hd := &b.hd
-	hd.cur, hd.cur0, hd.wantArg = nil, 0, false
+	hd.cur, hd.cur0, hd.wantArg, hd.rows = nil, 0, false, 0
 	for _, r := range reqs {
 		hd.wantArg = hd.wantArg || r.Argmax != nil
 		if r.Heads > 0 && hd.cur == nil && r.Heads <= len(hd.sets) {
 			hd.cur, hd.cur0 = hd.sets[r.Heads-1], r.Heads
 		}
 	}
+	if len(fb.hrows) == 0 {
+		hd.cur, hd.cur0 = nil, 0
+	}
 	if (hd.cur == nil && !hd.wantArg) || fb.R == 0 {
 		hd.cur, hd.cur0 = nil, 0
 		return nil
 	}
-	R, H := fb.R, b.cfg.HiddenSize
-	width := 0
+	H := b.cfg.HiddenSize
+	width, Rh := 0, 0
 	var need [8]int
 	if s := hd.cur; s != nil {
-		P := s.nh * R
+		Rh = len(fb.hrows)
+		hd.rows = Rh
+		P := s.nh * Rh
 		width = s.width
 		cand := P * kernels.HeadsTiles(s.rows) * s.K * 4
-		need = [8]int{R * H * 4, P * H * 4, P * H * 4, P * H * 2, P * s.rows * 4, R * width * 4, cand, cand}
-		if b.fusedFor(s, R) {
+		need = [8]int{Rh * H * 4, P * H * 4, P * H * 4, P * H * 2, P * s.rows * 4, Rh * width * 4, cand, cand}
+		if b.fusedFor(s, Rh) {
 			need[3], need[4] = 0, 0 // no fp16 copy, no logits
 		} else {
 			need[6], need[7] = 0, 0 // no tile candidates
@@ -214,7 +222,7 @@ func (b *Backend) headsBegin(c *kernels.Ctx, reqs []*engine.ForwardRequest, fb *
 	for i := range need {
 		grow = grow || need[i] > hd.caps[i]
 	}
-	hostNeed := R*4 + R*width*4
+	hostNeed := fb.R*4 + Rh*width*4
 	if grow {
 		// the graphs hold the old pointers: drop them (recaptured on demand)
 		for k, g := range b.graphs {
@@ -249,19 +257,27 @@ func (b *Backend) headsBegin(c *kernels.Ctx, reqs []*engine.ForwardRequest, fb *
 	return nil
 }
 
-// headsKey is the graph-key part of the step's heads set.
-func (b *Backend) headsKey() int { return b.hd.cur0 }
+// headsKey is the graph-key part of the step's heads: its set and its
+// number of head rows.
+func (b *Backend) headsKey() int {
+	if b.hd.cur0 == 0 {
+		return 0
+	}
+	return b.hd.cur0 | b.hd.rows<<16
+}
 
-// runHeads queues the heads of the step's set over its R logits rows (inside
-// run, so inside the step's graph). lay.rows maps logits rows to tokens.
-func (b *Backend) runHeads(c *kernels.Ctx, R int, lay metaLayout) error {
+// runHeads queues the heads of the step's set over its head rows (inside
+// run, so inside the step's graph): lay.hrows maps them to tokens. The
+// step's logits-row count is not used: the heads run only on the rows of
+// the requests that asked for them.
+func (b *Backend) runHeads(c *kernels.Ctx, _ int, lay metaLayout) error {
 	hd := &b.hd
-	s := hd.cur
+	s, R := hd.cur, hd.rows
 	if s == nil || R == 0 {
 		return nil
 	}
 	H := b.cfg.HiddenSize
-	rows := b.meta + kernels.DevicePtr(lay.rows*4)
+	rows := b.meta + kernels.DevicePtr(lay.hrows*4)
 	if b.fusedFor(s, R) {
 		// three PDL launches: norm + first residual layer, further layers,
 		// projection with per-tile top-k, merge
@@ -353,7 +369,7 @@ func (b *Backend) headsQueueOut(c *kernels.Ctx, fb *flatBatch) error {
 		}
 	}
 	if s := hd.cur; s != nil {
-		if err := c.DtoHRaw(unsafe.Add(host, fb.R*4), hd.top, fb.R*s.width*4); err != nil {
+		if err := c.DtoHRaw(unsafe.Add(host, fb.R*4), hd.top, hd.rows*s.width*4); err != nil {
 			return err
 		}
 	}
@@ -366,7 +382,7 @@ func (b *Backend) headsQueueOut(c *kernels.Ctx, fb *flatBatch) error {
 // run get -1s.
 func (b *Backend) headsFinish(reqs []*engine.ForwardRequest, fb *flatBatch) {
 	hd := &b.hd
-	defer func() { hd.cur, hd.cur0, hd.wantArg, hd.queued = nil, 0, false, false }()
+	defer func() { hd.cur, hd.cur0, hd.wantArg, hd.queued, hd.rows = nil, 0, false, false, 0 }()
 	if fb.R == 0 {
 		return
 	}
@@ -375,9 +391,10 @@ func (b *Backend) headsFinish(reqs []*engine.ForwardRequest, fb *flatBatch) {
 		all := unsafe.Slice((*int32)(unsafe.Pointer(&hd.host.Bytes()[0])), hd.hostCap/4)
 		arg = all[:fb.R]
 		if hd.cur != nil {
-			top = all[fb.R : fb.R+fb.R*hd.cur.width]
+			top = all[fb.R : fb.R+hd.rows*hd.cur.width]
 		}
 	}
+	h0 := 0 // the request's first head row (flatBatch.hrows order)
 	for i, r := range reqs {
 		r0, r1 := fb.reqRows[i], fb.R
 		if i+1 < len(reqs) {
@@ -386,10 +403,13 @@ func (b *Backend) headsFinish(reqs []*engine.ForwardRequest, fb *flatBatch) {
 		if r.Argmax != nil && arg != nil {
 			copy(r.Argmax, arg[r0:r1])
 		}
+		if r.Heads > 0 {
+			h0 += r1 - r0
+		}
 		if r.Heads > 0 && r.HeadTop != nil {
 			if top != nil && r.Heads == hd.cur0 {
 				w := hd.cur.width
-				copy(r.HeadTop, top[r0*w:r1*w])
+				copy(r.HeadTop, top[(h0-(r1-r0))*w:h0*w])
 			} else {
 				for j := range r.HeadTop {
 					r.HeadTop[j] = -1
