@@ -109,9 +109,9 @@ type Engine struct {
 	// walks the prefix cache, ~1000s of blocks on a GPU pool, and a second
 	// walk per step cost speculative requests several µs per step).
 	availBlocks int
-	// specStreak counts steps in a row that verified drafts; lastTrees is
-	// the number of trees of the last propose.
-	specStreak, lastTrees int
+	// specStreak counts steps in a row that verified drafts.
+	specStreak int
+	scr        proposeScratch
 }
 
 // statDepths is the number of depths Stats.AcceptedAt reports.

@@ -104,20 +104,19 @@ func TestStepCostClasses(t *testing.T) {
 // n/probeShare) of a proposer's n requests, the least recently probed
 // first, and leaves other proposers' probes alone.
 func TestLimitProbes(t *testing.T) {
-	g1, g2 := &propState{}, &propState{}
 	var cands []*specCand
-	mk := func(g *propState, last int64, probe bool) *specCand {
-		sp := &specState{glob: []*propState{g}, lastProbe: []int64{last}}
-		c := &specCand{r: &request{spec: sp}, probe: probe}
+	mk := func(prop int, last int64, probe bool) *specCand {
+		sp := &specState{lastProbe: []int64{last}}
+		c := &specCand{r: &request{spec: sp}, probe: probe, propID: prop}
 		cands = append(cands, c)
 		return c
 	}
 	var p1 []*specCand
 	for i := range 16 {
-		p1 = append(p1, mk(g1, int64(100-i), true)) // request i last probed at step 100-i
+		p1 = append(p1, mk(0, int64(100-i), true)) // request i last probed at step 100-i
 	}
-	p2 := []*specCand{mk(g2, 5, true), mk(g2, 1, true), mk(g2, 9, false)}
-	limitProbes(cands)
+	p2 := []*specCand{mk(1, 5, true), mk(1, 1, true), mk(1, 9, false)}
+	limitProbes(cands, 2)
 	kept := 0
 	for i, c := range p1 {
 		if c.probe {

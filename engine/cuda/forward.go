@@ -354,6 +354,9 @@ func (b *Backend) runMaybeGraphKey(c *kernels.Ctx, key graphKey, lay metaLayout)
 		return run()
 	}
 	g := b.graphs[key]
+	if g == nil && b.eagerFirst(key) {
+		return run() // a shape seen for the first time (backend.go, captureAfter)
+	}
 	if g == nil {
 		// Run once eagerly first: it sets kernel attributes and loads
 		// functions outside capture, and produces this step's results.
