@@ -14,12 +14,21 @@ import (
 // the plain CPU path token for token.
 type hostSampler struct {
 	*CPUBackend
-	rows int // rows sampled through Sample
+	vocab int
+	rows  int // rows sampled through Sample
 }
 
 func (h *hostSampler) SamplesOnDevice() bool { return true }
 
 func (h *hostSampler) Forward(reqs []*ForwardRequest) error {
+	for _, r := range reqs {
+		if r.Sample != nil {
+			if r.Logits != nil {
+				return fmt.Errorf("a Sample request came with a logits buffer of %d values", len(r.Logits))
+			}
+			r.Logits = make([]float32, h.vocab) // the host's own "device" row
+		}
+	}
 	if err := h.CPUBackend.Forward(reqs); err != nil {
 		return err
 	}
@@ -48,7 +57,7 @@ func (h *hostSampler) Forward(reqs []*ForwardRequest) error {
 func TestDeviceSamplerWiring(t *testing.T) {
 	cfg := genConfig()
 	plain := NewRandomModel(cfg, 31, LoadOptions{KVTokens: 2048, BlockSize: 4, Threads: 2})
-	hs := &hostSampler{}
+	hs := &hostSampler{vocab: cfg.VocabSize}
 	dev := NewRandomModel(cfg, 31, LoadOptions{KVTokens: 2048, BlockSize: 4, Threads: 2, NewBackend: func(c Config, w *Weights, n int) (Backend, error) {
 		b, err := NewCPUBackend(c, w, n, 2)
 		hs.CPUBackend = b

@@ -274,11 +274,16 @@ func (m *Model) ForwardBatch(items []BatchItem) error {
 				}
 			}
 		}
-		if len(it.Logits) < rows*V && !it.HiddenOnly && !it.ArgmaxOnly {
+		// no logits buffer where none is read: hidden-only rows, argmax
+		// rows, and a row the backend samples on the device (a 32 KB
+		// buffer per decode row per step was allocated and zeroed for
+		// nothing: 1 MB a step at 32 concurrent requests)
+		noLogits := it.HiddenOnly || it.ArgmaxOnly || (it.Sample != nil && prior == 0)
+		if len(it.Logits) < rows*V && !noLogits {
 			it.Logits = make([]float32, rows*V)
 		}
 		var logits []float32
-		if !it.HiddenOnly && !it.ArgmaxOnly {
+		if !noLogits {
 			logits = it.Logits[:rows*V]
 		}
 		var hidden []float32

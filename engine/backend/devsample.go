@@ -3,7 +3,7 @@ package backend
 // RowSample asks a DeviceSampler backend to sample the single logits row of
 // a ForwardRequest on the device. The engine fills the parameters; the
 // backend writes Token and Logprob (and leaves ForwardRequest.Logits
-// unwritten).
+// unwritten: the engine passes no Logits buffer with a Sample).
 type RowSample struct {
 	Temperature float32 // <= 0: argmax, lowest id on ties
 	TopK        int     // 0 = off
