@@ -624,6 +624,11 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 			t, sp.from = mergeProposals(cs, r.sampler.Temperature <= 0)
 		}
 		if t == nil || t.Len() == 0 {
+			// granted but nothing proposed (no match, a lost or paused
+			// cursor): a declined step for dormantSteps, so a lone greedy
+			// request decodes its next tokens in a multi-step chunk, not
+			// one token a step while its proposers have nothing.
+			sp.declined = true
 			continue
 		}
 		e.specBudget.Add(int64(t.Len()))
