@@ -30,10 +30,14 @@ __device__ __forceinline__ void gemv_stage_i8(const float* __restrict__ X, const
                                               const f16* __restrict__ nw, float eps, int K, float* xs, float* scale) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
   constexpr int G = GEMV_STAGE_G, GS = SGS;
-  const bool split = SPLIT && NORM && nwarps > M;
+  // CAN_SPLIT false: exactly the unsplit code (the checks below fold away;
+  // at run time they cost the deep gate/up kernel 3 registers, which put
+  // it over 128: one block per SM instead of two).
+  constexpr bool CAN_SPLIT = SPLIT && NORM;
+  const bool split = CAN_SPLIT && nwarps > M;
   const int sw = split ? nwarps - M : nwarps;  // warps that stage
   if (NORM) {
-    for (int m = split ? warp - sw : warp; m >= 0 && m < M; m += nwarps) {
+    for (int m = split ? warp - sw : warp; (!CAN_SPLIT || m >= 0) && m < M; m += nwarps) {
       const float* src = X + (size_t)(xrow ? xrow[m] : m) * K;
       float ss = 0.f;
       for (int k0 = lane * 4; k0 < K; k0 += 128 * G) {
@@ -52,10 +56,10 @@ __device__ __forceinline__ void gemv_stage_i8(const float* __restrict__ X, const
   const int nvec = K >> 4;
 #pragma unroll
   for (int m = 0; m < M; m++) {
-    if (warp >= sw) break;
+    if (CAN_SPLIT && warp >= sw) break;
     const float* src = X + (size_t)(xrow ? xrow[m] : m) * K;
     float4* dst = (float4*)(xs + m * K);
-    const int step = sw * 128;
+    const int step = CAN_SPLIT ? sw * 128 : blockDim.x * 4;
     for (int k0 = tid * 4; k0 < K; k0 += step * GS) {
       float4 v[GS];
       uint2 g[GS];
@@ -276,33 +280,39 @@ __device__ void gemv_i8(const signed char* __restrict__ W, const float* __restri
 #define GEMV_I8_ARGS                                                                                       \
   const signed char *W, const float *ws, const float *X, const int *xrow, const f16 *nw, float eps, float *Y, \
       int N, int K, int upb
-#define GEMV_I8_INST(SFX, M, DN, DR, DG, PIPE, SPLIT, MINB)                                                  \
-  extern "C" __global__ void __launch_bounds__(256, MINB) gemv_i8_norm##SFX##_m##M(GEMV_I8_ARGS) {           \
+// LB: GEMV_I8_LB (as llama.cu's GEMVs) or GEMV_I8_LB3 (at most 85
+// registers). An explicit minimum of 1 block per SM is not the same as
+// none: it let ptxas take 130-132 registers for the deep gate/up and qkv
+// kernels instead of 126-128, one block of 8 warps per SM instead of two.
+#define GEMV_I8_LB __launch_bounds__(256)
+#define GEMV_I8_LB3 __launch_bounds__(256, 3)
+#define GEMV_I8_INST(SFX, M, DN, DR, DG, PIPE, SPLIT, LB)                                                  \
+  extern "C" __global__ void LB gemv_i8_norm##SFX##_m##M(GEMV_I8_ARGS) {           \
     gemv_i8<M, 1, 0, DN, PIPE, SPLIT>(W, ws, X, xrow, nw, eps, Y, N, K, upb, NO_ROPE);                       \
   }                                                                                                         \
-  extern "C" __global__ void __launch_bounds__(256, MINB) gemv_i8_resid##SFX##_m##M(GEMV_I8_ARGS) {          \
+  extern "C" __global__ void LB gemv_i8_resid##SFX##_m##M(GEMV_I8_ARGS) {          \
     gemv_i8<M, 0, 1, DR, PIPE, SPLIT>(W, ws, X, xrow, nw, eps, Y, N, K, upb, NO_ROPE);                       \
   }                                                                                                         \
-  extern "C" __global__ void __launch_bounds__(256, MINB) gemv_i8_plain##SFX##_m##M(GEMV_I8_ARGS) {          \
+  extern "C" __global__ void LB gemv_i8_plain##SFX##_m##M(GEMV_I8_ARGS) {          \
     gemv_i8<M, 0, 0, DN, PIPE, SPLIT>(W, ws, X, xrow, nw, eps, Y, N, K, upb, NO_ROPE);                       \
   }                                                                                                         \
-  extern "C" __global__ void __launch_bounds__(256, MINB) gemv_i8_swiglu##SFX##_m##M(GEMV_I8_ARGS) {         \
+  extern "C" __global__ void LB gemv_i8_swiglu##SFX##_m##M(GEMV_I8_ARGS) {         \
     gemv_i8<M, 1, 2, DG, PIPE, SPLIT>(W, ws, X, xrow, nw, eps, Y, N, K, upb, NO_ROPE);                       \
   }                                                                                                         \
-  extern "C" __global__ void __launch_bounds__(256, MINB) gemv_i8_qkv_rope##SFX##_m##M(                      \
+  extern "C" __global__ void LB gemv_i8_qkv_rope##SFX##_m##M(                      \
       GEMV_I8_ARGS, const int* pos, const int* slots, const float* inv_freq, float* kc, float* vc, int nh,    \
       int nkv, int hd) {                                                                                    \
     gemv_i8<M, 1, 3, DG, PIPE, SPLIT>(W, ws, X, xrow, nw, eps, Y, N, K, upb,                                 \
                                       RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd});                 \
   }
-GEMV_I8_INST(_s, 1, 4, 12, 4, 1, 0, 1)
-GEMV_I8_INST(_d4, 1, 4, 12, 4, 0, 0, 3)
-GEMV_I8_INST(_d4s, 1, 4, 12, 4, 0, 1, 3)
-GEMV_I8_INST(_ds, 1, GEMV_I8_DEEP_D, GEMV_I8_DEEP_DR, GEMV_I8_DEEP_D, 0, 1, 1)
+GEMV_I8_INST(_s, 1, 4, 12, 4, 1, 0, GEMV_I8_LB)
+GEMV_I8_INST(_d4, 1, 4, 12, 4, 0, 0, GEMV_I8_LB3)
+GEMV_I8_INST(_d4s, 1, 4, 12, 4, 0, 1, GEMV_I8_LB3)
+GEMV_I8_INST(_ds, 1, GEMV_I8_DEEP_D, GEMV_I8_DEEP_DR, GEMV_I8_DEEP_D, 0, 1, GEMV_I8_LB)
 extern "C" __global__ void __launch_bounds__(256) gemv_i8_resid_rg8_m1(GEMV_I8_ARGS) {
   gemv_i8<1, 0, 1, GEMV_I8_DEEP_DR, 0, 0, 8>(W, ws, X, xrow, nw, eps, Y, N, K, upb, NO_ROPE);
 }
-#define GEMV_I8_INST_D(M) GEMV_I8_INST(, M, GEMV_I8_DEEP_D, GEMV_I8_DEEP_DR, GEMV_I8_DEEP_D, 0, 0, 1)
+#define GEMV_I8_INST_D(M) GEMV_I8_INST(, M, GEMV_I8_DEEP_D, GEMV_I8_DEEP_DR, GEMV_I8_DEEP_D, 0, 0, GEMV_I8_LB)
 GEMV_I8_INST_D(1)
 GEMV_I8_INST_D(2)
 GEMV_I8_INST_D(3)
