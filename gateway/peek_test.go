@@ -11,6 +11,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/valyala/fasthttp"
 )
 
 // peerClosed against a real TCP connection: open and idle, data waiting
@@ -101,5 +104,49 @@ func TestHangUpEndsUpstreamRetries(t *testing.T) {
 	}
 	if got := calls.Load(); got > left+1 {
 		t.Errorf("%d upstream attempts, %d of them after the client left: the hang-up did not end the retries", got, got-left)
+	}
+}
+
+// cacheControl against the rule it replaced (split on commas, trim, lower
+// case, compare) on directive lists with odd spacing, case and repeats.
+func TestCacheControlDirectives(t *testing.T) {
+	ref := func(h string) (nc, ns bool) {
+		for _, d := range strings.Split(h, ",") {
+			switch strings.ToLower(strings.TrimSpace(d)) {
+			case "no-cache":
+				nc = true
+			case "no-store":
+				ns = true
+			}
+		}
+		return
+	}
+	app := fiber.New()
+	for _, h := range []string{"", "no-cache", "No-Store", " no-cache , NO-STORE ", "max-age=0,no-cachex", ",,no-store,", "no-cache;x", "no-\tcache", "\tno-store\t", "no-ſtore", "private, no-cache"} {
+		fc := app.AcquireCtx(&fasthttp.RequestCtx{})
+		if h != "" {
+			fc.Request().Header.Set(fiber.HeaderCacheControl, h)
+		}
+		nc, ns := cacheControl(fc)
+		wc, ws := ref(h)
+		if nc != wc || ns != ws {
+			t.Errorf("Cache-Control %q: no-cache %v no-store %v, want %v %v", h, nc, ns, wc, ws)
+		}
+		app.ReleaseCtx(fc)
+	}
+}
+
+// Request and completion ids: prefix and 24 hex digits, distinct.
+func TestRandomIDs(t *testing.T) {
+	seen := map[string]bool{}
+	for _, p := range []string{"req_", "chatcmpl-", "cmpl-"} {
+		for i := 0; i < 100; i++ {
+			id := randomID(p)
+			rest, ok := strings.CutPrefix(id, p)
+			if !ok || len(rest) != 24 || strings.Trim(rest, "0123456789abcdef") != "" || seen[id] {
+				t.Fatalf("id %q: want %q and 24 new hex digits", id, p)
+			}
+			seen[id] = true
+		}
 	}
 }

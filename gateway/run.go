@@ -19,11 +19,10 @@ import (
 const systemFingerprint = "fp_specgate"
 
 func newCompletionID(ep endpoint) string {
-	id := newRequestID()[4:]
 	if ep == endpointChat {
-		return "chatcmpl-" + id
+		return randomID("chatcmpl-")
 	}
-	return "cmpl-" + id
+	return randomID("cmpl-")
 }
 
 // chatCacheRequest builds the cache's view of a chat request (nil: caching

@@ -335,8 +335,12 @@ func (s *Server) routes() {
 // from crypto/rand), so they come from math/rand/v2's generator (ChaCha8,
 // seeded by the runtime from the OS): no system call per request, which
 // crypto/rand makes where getrandom has no vDSO (older kernels, gVisor).
-func newRequestID() string {
-	var b [16]byte
+func newRequestID() string { return randomID("req_") }
+
+// randomID is prefix (at most 24 bytes) and 24 random hex digits, built
+// in one allocation.
+func randomID(prefix string) string {
+	var b [12]byte
 	a, c := mrand.Uint64(), mrand.Uint32()
 	for i := 0; i < 8; i++ {
 		b[i] = byte(a >> (8 * i))
@@ -344,7 +348,10 @@ func newRequestID() string {
 	for i := 0; i < 4; i++ {
 		b[8+i] = byte(c >> (8 * i))
 	}
-	return "req_" + hex.EncodeToString(b[:12])
+	var out [48]byte // prefixes up to 24 bytes
+	n := copy(out[:], prefix)
+	hex.Encode(out[n:], b[:])
+	return string(out[:n+24])
 }
 
 // validRequestID accepts client ids of at most 128 printable ASCII bytes.
@@ -631,15 +638,43 @@ func (s *Server) handleCompletions(c *fiber.Ctx) error {
 	return s.runLocal(c, job, creq)
 }
 
-// cacheControl reads the request's Cache-Control directives.
+// cacheControl reads the request's Cache-Control directives (comma
+// separated, case-insensitive, spaces around them ignored).
 func cacheControl(c *fiber.Ctx) (noCache, noStore bool) {
-	for _, d := range strings.Split(c.Get(fiber.HeaderCacheControl), ",") {
-		switch strings.ToLower(strings.TrimSpace(d)) {
-		case "no-cache":
+	h := c.Get(fiber.HeaderCacheControl)
+	for h != "" {
+		d := h
+		if i := strings.IndexByte(h, ','); i >= 0 {
+			d, h = h[:i], h[i+1:]
+		} else {
+			h = ""
+		}
+		d = strings.TrimSpace(d)
+		switch {
+		case asciiFoldEq(d, "no-cache"):
 			noCache = true
-		case "no-store":
+		case asciiFoldEq(d, "no-store"):
 			noStore = true
 		}
 	}
 	return
+}
+
+// asciiFoldEq reports whether s equals the lower-case ASCII lower with
+// ASCII letters compared case-insensitively (what strings.ToLower(s) ==
+// lower decides for these directives, without the copy).
+func asciiFoldEq(s, lower string) bool {
+	if len(s) != len(lower) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
 }
