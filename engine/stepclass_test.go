@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -245,5 +246,52 @@ func TestHiddenFetchedForProbes(t *testing.T) {
 	}
 	if hb.rows.Load()*4 > int64(steps) {
 		t.Fatalf("%d hidden rows fetched in %d steps: fetched while dormant", hb.rows.Load(), steps)
+	}
+}
+
+// TestDormantHiddenProposerUsesMultiStep: a lone greedy request whose
+// hidden-row proposer does not pay decodes through the multi-step path
+// (Options.DecodeSteps) between probes, like a draft-model request, and is
+// still probed with its hidden row; output equals plain decoding.
+func TestDormantHiddenProposerUsesMultiStep(t *testing.T) {
+	cfg := genConfig()
+	m := NewRandomModel(cfg, 61, LoadOptions{KVTokens: 4096, BlockSize: 4, Threads: 2, DisablePrefixCache: true})
+	prompt := []int32{5, 7, 9, 11}
+	want := manualGreedy(t, m, prompt, 150)
+	p := &hiddenNever{perReq: map[RequestID]int{}}
+	for slices.Contains(want, p.tok) {
+		p.tok++
+	}
+	price := func(T int, tree, heads bool) time.Duration {
+		return time.Duration(float64(time.Millisecond) * (1 + 0.05*float64(T-1)))
+	}
+	e := New(m, Options{Proposers: []Proposer{p}, DecodeSteps: 8, StepClassCost: price})
+	defer e.Close()
+	var chunks []int
+	var got []int32
+	_, err := e.Generate(context.Background(), GenerateRequest{Prompt: prompt, MaxTokens: 150, Sampling: SamplingParams{SkipLogprobs: true}},
+		func(c Chunk) error {
+			got = append(got, c.Tokens...)
+			chunks = append(chunks, len(c.Tokens))
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatal("output differs from plain decoding")
+	}
+	multi := 0
+	for _, n := range chunks {
+		if n > 1 {
+			multi += n
+		}
+	}
+	t.Logf("chunks %v; %d proposals with a hidden row", chunks, p.withHidden.Load())
+	if multi < 75 {
+		t.Fatalf("%d of 150 tokens decoded in multi-step chunks: chunks %v", multi, chunks)
+	}
+	if p.withHidden.Load() < 3 {
+		t.Fatalf("%d proposals with a hidden row: the dormant proposer is not probed", p.withHidden.Load())
 	}
 }
