@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -143,6 +144,7 @@ func TestAdaptiveBreakdownOnGPU(t *testing.T) {
 					f, _ = os.Create(filepath.Join(dir, strings.ReplaceAll(m.name, " ", "_")+"_c8.pprof"))
 					pprof.StartCPUProfile(f)
 				}
+				runtime.GC() // as bench spec does before each timed run
 				outs, wall := run(engines[i], c)
 				if f != nil {
 					pprof.StopCPUProfile()

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -190,6 +191,10 @@ func Bench(target, draft *engine.Model, o BenchOptions) ([]BenchRow, error) {
 				if o.Progress != nil {
 					o.Progress(fmt.Sprintf("concurrency %d, run %d/%d, mode %s", c, run+1, o.Runs, m.Name))
 				}
+				// each timed run starts from a collected heap: the previous
+				// mode's garbage (a fixed draft mode allocates far more) is
+				// not collected on this mode's time
+				runtime.GC()
 				c0 := processCPU()
 				outs, results, dt, err := runConcurrent(engines[i], o, c)
 				cpus[i] = append(cpus[i], processCPU()-c0)
