@@ -186,7 +186,7 @@ func (e *Engine) calibrate(headsID int) {
 	m := e.m
 	maxPos := m.Config.MaxPositions
 	ctxLen := max(min(32, maxPos/4), 1)
-	sizes := []int{1, 2, 4, 8, 16, 32}
+	sizes := []int{1, 2, 4, 8, 16, 32, 64} // 64: the largest step the CUDA backend graphs
 	V := m.Config.VocabSize
 	ctx := make([]int32, ctxLen)
 	for i := range ctx {
