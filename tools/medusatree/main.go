@@ -10,6 +10,10 @@
 //	go run ./tools/medusatree -target models/specgate-target -heads models/specgate-target-medusa \
 //	    -prompts medusa/testdata/heldout_prompts.txt -n 200 -max-new 128 -nodes 64
 //
+// -search sim (default) grows the tree by the τ of greedy decoding replayed
+// on the tuning positions (sim.go); -search expected by each path's
+// acceptance frequency over all positions (medusa.Stats.GreedyTree).
+//
 // With -tune-offset N the tree is tuned on prompts [N, N+n) and scored
 // (expected τ, and measured τ with -measure) on prompts [0, n): a tree shape
 // judged on prompts it was not tuned on.
@@ -39,6 +43,7 @@ func main() {
 	maxRank := flag.Int("max-rank", 10, "top-k ranks considered per head")
 	vocab := flag.Int("vocab-limit", 0, "FR-Spec vocabulary limit for the heads (0 = full)")
 	measure := flag.String("measure", "", "comma-separated tree sizes to run through the engine (fixed draft): measured tau = tokens per target forward")
+	search := flag.String("search", "sim", "tree search: sim (grow the tree by the simulated τ: greedy decoding replayed on the tuning positions, steps starting where the previous one ended) or expected (by each path's acceptance frequency over all positions)")
 	tuneOff := flag.Int("tune-offset", -1, "tune the tree on prompts [tune-offset, tune-offset+n) and report accuracy, expected and measured tau on prompts [0, n) (-1: tune and measure on the same prompts)")
 	flag.Parse()
 	target, err := engine.Load(*targetDir, engine.LoadOptions{})
@@ -97,6 +102,36 @@ func main() {
 		tau += v
 		paths = append(paths, nd.Path)
 		fmt.Printf("%5d  %.3f  %v  %.4f\n", i+1, tau, nd.Path, v)
+	}
+	sizes := func(n int) []int {
+		var out []int
+		for _, s := range []int{1, 4, 8, 16, 32, 64, 128, 256} {
+			if s <= n {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	simAt := func(paths [][]int) string {
+		var b strings.Builder
+		for _, n := range sizes(len(paths)) {
+			fmt.Fprintf(&b, " %d:%.3f", n, simulate(st, newTrie(paths[:n], st.MaxRank)))
+		}
+		return b.String()
+	}
+	fmt.Println("\nsimulated τ of that tree (greedy decoding replayed on the scored prompts' positions), nodes:tau:" + simAt(paths))
+	switch *search {
+	case "expected":
+	case "sim":
+		sp, taus := simGreedyTree(tuneSt, *nodes, heads.NumHeads)
+		fmt.Println("\ntree grown by simulated τ on the tuning positions: nodes  tau(tuning positions)  last path")
+		for i, p := range sp {
+			fmt.Printf("%5d  %.3f  %v\n", i+1, taus[i], p)
+		}
+		fmt.Println("its simulated τ on the scored prompts, nodes:tau:" + simAt(sp))
+		paths = sp
+	default:
+		log.Fatalf("-search %q: want sim or expected", *search)
 	}
 	b, _ := json.Marshal(paths)
 	fmt.Println("\ntree:", strings.ReplaceAll(string(b), "],[", "], ["))
