@@ -137,11 +137,15 @@ struct RopeArgs {
 // the scale does not depend on the block size or on M.
 template <int M, int NORM>
 __device__ __forceinline__ void gemv_stage(const float* __restrict__ X, const int* __restrict__ xrow,
-                                           const f16* __restrict__ nw, float eps, int K, float* xs, float* scale) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
+                                           const f16* __restrict__ nw, float eps, int K, float* xs, float* scale,
+                                           int mc = M) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5, nt = blockDim.x;
   // Loads are issued in groups of G (norm) and GS (staging) before their
   // values are used: this runs after pdl_wait, on the critical path, one
   // round trip per group (round 4: +5 % decode speed over one at a time).
+  // The staging loads run over the flattened (token, column) space, so a
+  // batch of M tokens needs as few round trips as one token (session 4:
+  // the old per-token loop cost one round trip per token).
 #ifndef GEMV_STAGE_G
 #define GEMV_STAGE_G 8
 #endif
@@ -150,7 +154,7 @@ __device__ __forceinline__ void gemv_stage(const float* __restrict__ X, const in
 #endif
   constexpr int G = GEMV_STAGE_G, GS = GEMV_STAGE_GS;
   if (NORM) {
-    for (int m = warp; m < M; m += nwarps) {
+    for (int m = warp; m < mc; m += nwarps) {
       const float* src = X + (size_t)(xrow ? xrow[m] : m) * K;
       float ss = 0.f;
       for (int k0 = lane * 4; k0 < K; k0 += 128 * G) {
@@ -166,10 +170,13 @@ __device__ __forceinline__ void gemv_stage(const float* __restrict__ X, const in
       if (lane == 0) scale[m] = rsqrtf(ss / (float)K + eps);
     }
   }
-#pragma unroll
-  for (int m = 0; m < M; m++) {
-    const float* src = X + (size_t)(xrow ? xrow[m] : m) * K;
-    const int step = blockDim.x * 4;
+  // xs layout (gemv_dot): row m holds, for 8-column chunk c, columns
+  // 8c..8c+3 at m*K + 4c and 8c+4..8c+7 at m*K + K/2 + 4c, so the lanes'
+  // 16-byte reads of consecutive chunks are contiguous (no bank conflicts).
+  const int k4n = K >> 2, half = K >> 1;
+  if (M == 1) {  // the round-4 loop (batch 1 is the decode step: keep it short)
+    const float* src = X + (size_t)(xrow ? xrow[0] : 0) * K;
+    const int step = nt * 4;
     for (int k0 = tid * 4; k0 < K; k0 += step * GS) {
       float4 v[GS];
       uint2 g[GS];
@@ -189,8 +196,38 @@ __device__ __forceinline__ void gemv_stage(const float* __restrict__ X, const in
           const float2 g0 = h2x2(g[i].x), g1 = h2x2(g[i].y);
           v[i].x *= g0.x; v[i].y *= g0.y; v[i].z *= g1.x; v[i].w *= g1.y;
         }
-        *(float4*)(xs + m * K + k) = v[i];
+        *(float4*)(xs + ((k & 4) ? half : 0) + (k >> 3) * 4) = v[i];
       }
+    }
+    __syncthreads();
+    return;
+  }
+  // Thread tid stages float4 idx = tid, tid + nt, ... of the mc x K/4
+  // inputs: (token m, column 4*k4), advanced without divisions.
+  int m = 0, k4 = tid;
+  while (k4 >= k4n) k4 -= k4n, m++;
+  while (m < mc) {
+    float4 v[GS];
+    uint2 g[GS];
+    int mi[GS], ki[GS];
+#pragma unroll
+    for (int i = 0; i < GS; i++) {
+      mi[i] = m;
+      ki[i] = k4;
+      if (m < mc) {
+        v[i] = *(const float4*)(X + (size_t)(xrow ? xrow[m] : m) * K + 4 * k4);
+        if (NORM) g[i] = *(const uint2*)(nw + 4 * k4);
+      }
+      for (k4 += nt; k4 >= k4n; k4 -= k4n) m++;
+    }
+#pragma unroll
+    for (int i = 0; i < GS; i++) {
+      if (mi[i] >= mc) break;
+      if (NORM) {
+        const float2 g0 = h2x2(g[i].x), g1 = h2x2(g[i].y);
+        v[i].x *= g0.x; v[i].y *= g0.y; v[i].z *= g1.x; v[i].w *= g1.y;
+      }
+      *(float4*)(xs + mi[i] * K + ((ki[i] & 1) ? half : 0) + (ki[i] >> 1) * 4) = v[i];
     }
   }
   __syncthreads();
@@ -202,13 +239,36 @@ __device__ __forceinline__ void gemv_stage(const float* __restrict__ X, const in
 template <int M>
 __device__ __forceinline__ void gemv_dot(const uint4 w, const float* xs, int K, int k, float (&acc)[M]) {
   const float2 w0 = h2x2(w.x), w1 = h2x2(w.y), w2 = h2x2(w.z), w3 = h2x2(w.w);
+  const int o = (k >> 3) * 4;  // gemv_stage's layout: chunk k/8's halves at o and K/2 + o
 #pragma unroll
   for (int m = 0; m < M; m++) {
-    const float4 a = *(const float4*)(xs + m * K + k), b = *(const float4*)(xs + m * K + k + 4);
+    const float4 a = *(const float4*)(xs + m * K + o), b = *(const float4*)(xs + m * K + (K >> 1) + o);
     float s = acc[m];
     s = fmaf(w0.x, a.x, s); s = fmaf(w0.y, a.y, s); s = fmaf(w1.x, a.z, s); s = fmaf(w1.y, a.w, s);
     s = fmaf(w2.x, b.x, s); s = fmaf(w2.y, b.y, s); s = fmaf(w3.x, b.z, s); s = fmaf(w3.y, b.w, s);
     acc[m] = s;
+  }
+}
+
+// gemv_dot2: gemv_dot for the two rows of a unit (w0 row 0, w1 row 1),
+// reading the inputs once for both: same arithmetic per row.
+template <int M>
+__device__ __forceinline__ void gemv_dot2(const uint4 w, const uint4 u, const float* xs, int K, int k, float (&acc)[M],
+                                          float (&acd)[M]) {
+  const float2 w0 = h2x2(w.x), w1 = h2x2(w.y), w2 = h2x2(w.z), w3 = h2x2(w.w);
+  const float2 u0 = h2x2(u.x), u1 = h2x2(u.y), u2 = h2x2(u.z), u3 = h2x2(u.w);
+  const int o = (k >> 3) * 4;
+#pragma unroll
+  for (int m = 0; m < M; m++) {
+    const float4 a = *(const float4*)(xs + m * K + o), b = *(const float4*)(xs + m * K + (K >> 1) + o);
+    float s = acc[m];
+    s = fmaf(w0.x, a.x, s); s = fmaf(w0.y, a.y, s); s = fmaf(w1.x, a.z, s); s = fmaf(w1.y, a.w, s);
+    s = fmaf(w2.x, b.x, s); s = fmaf(w2.y, b.y, s); s = fmaf(w3.x, b.z, s); s = fmaf(w3.y, b.w, s);
+    acc[m] = s;
+    float t = acd[m];
+    t = fmaf(u0.x, a.x, t); t = fmaf(u0.y, a.y, t); t = fmaf(u1.x, a.z, t); t = fmaf(u1.y, a.w, t);
+    t = fmaf(u2.x, b.x, t); t = fmaf(u2.y, b.y, t); t = fmaf(u3.x, b.z, t); t = fmaf(u3.y, b.w, t);
+    acd[m] = t;
   }
 }
 
@@ -218,7 +278,7 @@ __device__ __forceinline__ void gemv_dot(const uint4 w, const float* xs, int K, 
 // unit's inverse frequency minv (rope units only).
 template <int M, int MODE>
 __device__ __forceinline__ void gemv_store(const float (&acc)[2][M], const float (&yold)[M], int u, int lane,
-                                           float* __restrict__ Y, int N, int units, const RopeArgs& ra, int mpos,
+                                           float* __restrict__ Y, int N, int units, const RopeArgs ra, int mpos,
                                            int mslot, float minv) {
   if (MODE == 3) {
     // Lane m < M handles token m: rotate the (j, j+half) pair of a q/k
@@ -266,12 +326,36 @@ __device__ __forceinline__ void gemv_store(const float (&acc)[2][M], const float
   }
 }
 
+// gemv_store_lanes: gemv_store for the fp16 GEMVs with every mode spread
+// over the lanes (after warp_sum every lane holds every token's sum): lane
+// m < mc stores token m (MODE 1: lane m loaded yold[m]); tokens m >= mc of
+// a partial chunk (a 2-D launch's last chunk) are not stored.
+template <int M, int MODE>
+__device__ __forceinline__ void gemv_store_lanes(const float (&acc)[2][M], const float (&yold)[M], int u, int lane,
+                                                 float* __restrict__ Y, int N, int units, const RopeArgs ra,
+                                                 int mpos, int mslot, float minv, int mc) {
+  if (MODE == 3) {
+    if (lane < mc) gemv_store<M, 3>(acc, yold, u, lane, Y, N, units, ra, mpos, mslot, minv);
+    return;
+  }
+#pragma unroll
+  for (int m = 0; m < M; m++) {
+    if (lane != m || m >= mc) continue;
+    if (MODE == 0) Y[(size_t)m * N + u] = acc[0][m];
+    if (MODE == 1) Y[(size_t)m * N + u] = yold[m] + acc[0][m];
+    if (MODE == 2) {
+      const float g = acc[0][m];
+      Y[(size_t)m * units + u] = g / (1.f + expf(-g)) * acc[1][m];
+    }
+  }
+}
+
 // gemv_finish: warp-sum the lanes' partial dot products of unit u, apply
 // the norm scale and store (gemv_store).
 template <int M, int NORM, int MODE>
 __device__ __forceinline__ void gemv_finish(float (&acc)[2][M], const float (&yold)[M], const float* scale, int u,
-                                            int lane, float* __restrict__ Y, int N, int units, const RopeArgs& ra,
-                                            int mpos, int mslot, float minv) {
+                                            int lane, float* __restrict__ Y, int N, int units, const RopeArgs ra,
+                                            int mpos, int mslot, float minv, int mc = -1) {
   constexpr int R = MODE >= 2 ? 2 : 1;
 #pragma unroll
   for (int r = 0; r < R; r++)
@@ -280,16 +364,19 @@ __device__ __forceinline__ void gemv_finish(float (&acc)[2][M], const float (&yo
       acc[r][m] = warp_sum(acc[r][m]);
       if (NORM) acc[r][m] *= scale[m];
     }
-  gemv_store<M, MODE>(acc, yold, u, lane, Y, N, units, ra, mpos, mslot, minv);
+  if (mc < 0)
+    gemv_store<M, MODE>(acc, yold, u, lane, Y, N, units, ra, mpos, mslot, minv);
+  else
+    gemv_store_lanes<M, MODE>(acc, yold, u, lane, Y, N, units, ra, mpos, mslot, minv, mc);
 }
 
 // gemv_rope_meta: MODE 3 only: lane m < M gets token m's position and slot
 // (launch metadata, written by no kernel: read before pdl_wait).
 template <int M, int MODE>
-__device__ __forceinline__ void gemv_rope_meta(const RopeArgs& ra, int lane, int& mpos, int& mslot) {
+__device__ __forceinline__ void gemv_rope_meta(const RopeArgs ra, int lane, int& mpos, int& mslot, int mc = M) {
   mpos = 0;
   mslot = 0;
-  if (MODE == 3 && lane < M) {
+  if (MODE == 3 && lane < M && lane < mc) {
     mpos = ra.pos[lane];
     mslot = ra.slots[lane];
   }
@@ -297,7 +384,7 @@ __device__ __forceinline__ void gemv_rope_meta(const RopeArgs& ra, int lane, int
 
 // gemv_rope_freq: MODE 3: lane m < M gets inv_freq of unit u's pair index.
 template <int M, int MODE>
-__device__ __forceinline__ float gemv_rope_freq(const RopeArgs& ra, int lane, int u) {
+__device__ __forceinline__ float gemv_rope_freq(const RopeArgs ra, int lane, int u) {
   if (MODE != 3 || lane >= M) return 0.f;
   const int half = ra.hd >> 1;
   return u < (ra.nh + ra.nkv) * half ? ra.inv_freq[u % half] : 0.f;
@@ -306,7 +393,7 @@ __device__ __forceinline__ float gemv_rope_freq(const RopeArgs& ra, int lane, in
 template <int M, int NORM, int MODE, int DEEP = 1>
 __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, const int* __restrict__ xrow,
                      const f16* __restrict__ nw, float eps, float* __restrict__ Y, int N, int K, int upb,
-                     int prefetch, RopeArgs ra) {
+                     int prefetch, RopeArgs ra, int mt) {
   extern __shared__ float4 smem4[];
   float* xs = (float*)smem4;
   __shared__ float scale[M];
@@ -315,8 +402,21 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
   // Chunks per row in flight per lane. DEEP: 8 per row (one round for
   // K = 2048), 24 for the residual GEMVs (the 5632-wide down projection in
   // one round); else 8 per lane in all (round 2). The sum order is the same.
-  constexpr int D = DEEP ? (MODE == 1 ? 24 : 8) : 8 / R;
+  // M >= 2 (session 4): 8 chunks per lane in all (as the shallow batch-1
+  // kernels): the deeper pipelines held 150-180 registers, one block per
+  // SM, and multi-token launches (exact tree steps) ran in waves.
+  constexpr int D = DEEP && M == 1 ? (MODE == 1 ? 24 : 8) : 8 / R;
   const int units = MODE >= 2 ? N / 2 : N;
+  // 2-D launches (kernels.Gemv with more than GemvMaxM tokens): block row
+  // blockIdx.y computes tokens [m0, m0 + mc) of the mt tokens, exactly as a
+  // launch over those tokens alone would (same per-lane chunk order), so a
+  // token's bits do not depend on the batch.
+  const int m0 = blockIdx.y * M, mc = min(M, mt - m0);
+  const int* xr = xrow ? xrow + m0 : xrow;
+  const float* Xc = xrow ? X : X + (size_t)m0 * K;
+  float* Yc = Y + (size_t)m0 * (MODE == 2 ? units : N);
+  const RopeArgs rc{MODE == 3 ? ra.pos + m0 : ra.pos, MODE == 3 ? ra.slots + m0 : ra.slots, ra.inv_freq, ra.kc, ra.vc,
+                    ra.nh, ra.nkv, ra.hd};
   const int u0 = blockIdx.x * upb, u1 = min(units, u0 + upb);
   const int nvec = K >> 3;
   if (prefetch && u1 > u0) {
@@ -344,16 +444,17 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
   }
   pdl_trigger();
   int mpos, mslot;
-  gemv_rope_meta<M, MODE>(ra, lane, mpos, mslot);
+  gemv_rope_meta<M, MODE>(rc, lane, mpos, mslot, mc);
   pdl_wait();
-  gemv_stage<M, NORM>(X, xrow, nw, eps, K, xs, scale);
+  gemv_stage<M, NORM>(Xc, xr, nw, eps, K, xs, scale, mc);
   for (int u = u0 + warp; u < u1; u += nwarps) {
-    float yold[M];  // MODE 1: the residual, loaded while the weights stream
-    if (MODE == 1 && lane == 0) {
+    float yold[M];  // MODE 1: the residual (lane m: token m), loaded while the weights stream
+    if (MODE == 1) {
 #pragma unroll
-      for (int m = 0; m < M; m++) yold[m] = Y[(size_t)m * N + u];
+      for (int m = 0; m < M; m++)
+        if (lane == m && m < mc) yold[m] = Yc[(size_t)m * N + u];
     }
-    const float minv = gemv_rope_freq<M, MODE>(ra, lane, u);
+    const float minv = gemv_rope_freq<M, MODE>(rc, lane, u);
     float acc[2][M];
 #pragma unroll
     for (int r = 0; r < 2; r++)
@@ -374,11 +475,13 @@ __device__ void gemv(const f16* __restrict__ W, const float* __restrict__ X, con
       for (int i = 0; i < D; i++) {
         if (v + 32 * i >= nvec) break;
         const int k = (v + 32 * i) * 8;
-#pragma unroll
-        for (int r = 0; r < R; r++) gemv_dot<M>(q[r][i], xs, K, k, acc[r]);
+        if (R == 2)
+          gemv_dot2<M>(q[0][i], q[R - 1][i], xs, K, k, acc[0], acc[1]);
+        else
+          gemv_dot<M>(q[0][i], xs, K, k, acc[0]);
       }
     }
-    gemv_finish<M, NORM, MODE>(acc, yold, scale, u, lane, Y, N, units, ra, mpos, mslot, minv);
+    gemv_finish<M, NORM, MODE>(acc, yold, scale, u, lane, Yc, N, units, rc, mpos, mslot, minv, mc);
   }
 }
 
@@ -477,44 +580,44 @@ __device__ void gemv_ring(const f16* __restrict__ W, const float* __restrict__ X
   cp_async_wait<0>();
 }
 
-#define GEMV_ARGS const f16 *W, const float *X, const int *xrow, const f16 *nw, float eps, float *Y, int N, int K, int upb, int pf
+#define GEMV_ARGS const f16 *W, const float *X, const int *xrow, const f16 *nw, float eps, float *Y, int N, int K, int upb, int pf, int mt
 #define NO_ROPE RopeArgs{0, 0, 0, 0, 0, 0, 0, 0}
 #define GEMV_INST(M)                                                                                        \
   extern "C" __global__ void __launch_bounds__(256) gemv_norm_m##M(GEMV_ARGS) {                              \
-    gemv<M, 1, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE);                                           \
+    gemv<M, 1, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE, mt);                                           \
   }                                                                                                         \
   extern "C" __global__ void __launch_bounds__(256) gemv_resid_m##M(GEMV_ARGS) {                             \
-    gemv<M, 0, 1>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE);                                           \
+    gemv<M, 0, 1>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE, mt);                                           \
   }                                                                                                         \
   extern "C" __global__ void __launch_bounds__(256) gemv_plain_m##M(GEMV_ARGS) {                             \
-    gemv<M, 0, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE);                                           \
+    gemv<M, 0, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE, mt);                                           \
   }                                                                                                         \
   extern "C" __global__ void __launch_bounds__(256) gemv_swiglu_m##M(GEMV_ARGS) {                            \
-    gemv<M, 1, 2>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE);                                           \
+    gemv<M, 1, 2>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE, mt);                                           \
   }                                                                                                         \
   extern "C" __global__ void __launch_bounds__(256) gemv_qkv_rope_m##M(                                      \
       GEMV_ARGS, const int* pos, const int* slots, const float* inv_freq, float* kc, float* vc, int nh, int nkv, \
       int hd) {                                                                                             \
-    gemv<M, 1, 3>(W, X, xrow, nw, eps, Y, N, K, upb, pf, RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd}); \
+    gemv<M, 1, 3>(W, X, xrow, nw, eps, Y, N, K, upb, pf, RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd}, mt); \
   }
 // Round-2 (shallow) variants of the batch-1 GEMVs, for SPECGATE_GEMV_DEEP=0.
 #define GEMV_INST_S(M)                                                                                      \
   extern "C" __global__ void __launch_bounds__(256) gemv_norm_s_m##M(GEMV_ARGS) {                            \
-    gemv<M, 1, 0, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE);                                        \
+    gemv<M, 1, 0, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE, mt);                                        \
   }                                                                                                         \
   extern "C" __global__ void __launch_bounds__(256) gemv_resid_s_m##M(GEMV_ARGS) {                           \
-    gemv<M, 0, 1, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE);                                        \
+    gemv<M, 0, 1, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE, mt);                                        \
   }                                                                                                         \
   extern "C" __global__ void __launch_bounds__(256) gemv_plain_s_m##M(GEMV_ARGS) {                           \
-    gemv<M, 0, 0, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE);                                        \
+    gemv<M, 0, 0, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE, mt);                                        \
   }                                                                                                         \
   extern "C" __global__ void __launch_bounds__(256) gemv_swiglu_s_m##M(GEMV_ARGS) {                          \
-    gemv<M, 1, 2, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE);                                        \
+    gemv<M, 1, 2, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, NO_ROPE, mt);                                        \
   }                                                                                                         \
   extern "C" __global__ void __launch_bounds__(256) gemv_qkv_rope_s_m##M(                                    \
       GEMV_ARGS, const int* pos, const int* slots, const float* inv_freq, float* kc, float* vc, int nh, int nkv, \
       int hd) {                                                                                             \
-    gemv<M, 1, 3, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd}); \
+    gemv<M, 1, 3, 0>(W, X, xrow, nw, eps, Y, N, K, upb, pf, RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd}, mt); \
   }
 // Ring (streaming) variant for batch 1: P = 16 chunks in flight per lane
 // (8 and 32 measured no better inside a decode step).
@@ -663,6 +766,23 @@ extern "C" __global__ void rope_append_perm(const float* __restrict__ src, float
   }
 }
 
+// attn_kidx: the slot-list index of a query token's v-th visible key:
+// keys v < nc are the cached prefix; for a tree token (mo >= 0) the others
+// are the set bits of its ancestor mask over the new tokens, in order.
+__device__ __forceinline__ int attn_kidx(int v, int nc, int mo, const u32* __restrict__ mask) {
+  if (mo < 0 || v < nc) return v;
+  int n = v - nc;
+  for (int w = 0;; w++) {
+    u32 bits = mask[mo + w];
+    const int c = __popc(bits);
+    if (n < c) {
+      for (; n > 0; n--) bits &= bits - 1;
+      return nc + 32 * w + __ffs(bits) - 1;
+    }
+    n -= c;
+  }
+}
+
 // ---------------------------------------------------------------------------
 // attention over the paged cache, chain or tree. grid (T, nh), block 256.
 // Query token t attends to keys j in [0, kvlen[t]) whose slot is
@@ -709,7 +829,21 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
   // engine never lists as cached in the same batch (ForwardRequest). With
   // pre, they are read before pdl_wait: the first round of keys into
   // registers, the rest of this block's cached keys and values towards L2.
-  const int off = kvoff[t], len = kvlen[t], nc = cached[t], mo = maskoff[t];
+  const int off = kvoff[t], nc = cached[t], mo = maskoff[t];
+  // Tree tokens (mo >= 0) attend to their visible keys only, in order: the
+  // cached prefix, then the ancestors and itself (the set bits of the mask
+  // over the new tokens). Every loop below runs over this compacted key
+  // list (virtual index v -> list index kidx(v)), so a tree token's key
+  // ranges, split count and per-partial key assignment are those of plain
+  // decoding of its path (the same keys, cached, in the same order): its
+  // output has the same bits whatever its siblings (session 4; before,
+  // masked siblings shifted the keys between partials).
+  int len = kvlen[t];
+  if (mo >= 0) {
+    int vis = 0;
+    for (int w = 0; w < (len - nc + 31) >> 5; w++) vis += __popc(mask[mo + w]);
+    len = nc + vis;
+  }
   // Split over keys (flash-decoding): S depends only on len, so a token's
   // bits do not depend on the batch it is in.
   const int S = max(1, min(smax, (len + kmin - 1) / kmin));
@@ -734,7 +868,7 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
 #pragma unroll
     for (int r = 0; r < KR; r++) {
       const int j = kb + tid + r * NT;
-      pslot[r] = j < pe ? slot_list[off + j] : 0;
+      pslot[r] = j < pe ? slot_list[off + attn_kidx(j, nc, mo, mask)] : 0;
       if (j < pe && j < nc) {
         const float4* kr = (const float4*)(kbase + (size_t)pslot[r] * kvdim);
 #pragma unroll
@@ -789,18 +923,12 @@ __device__ void attention(const float* __restrict__ qkv, float* __restrict__ out
       for (int r = 0; r < KR; r++) {
         const int j = j0 + r * NT;
         ok[r] = j < c1;
-        slot2[r] = first ? pslot[r] : ok[r] ? slot_list[off + j] : 0;
+        slot2[r] = first ? pslot[r] : ok[r] ? slot_list[off + attn_kidx(j, nc, mo, mask)] : 0;
       }
 #pragma unroll
       for (int r = 0; r < KR; r++) {
         const int j = j0 + r * NT;
-        bool vis = ok[r];
-        if (vis && mo >= 0 && j >= nc) {
-          int i = j - nc;
-          vis = (mask[mo + (i >> 5)] >> (i & 31)) & 1u;
-        }
-        ok[r] = vis;
-        if (vis && !(first && j < nc)) {
+        if (ok[r] && !(first && j < nc)) {
           const float4* kr = (const float4*)(kbase + (size_t)slot2[r] * kvdim);
 #pragma unroll
           for (int e = 0; e < QPL; e++) kk[r][e] = kr[e];
@@ -1431,4 +1559,16 @@ extern "C" __global__ void rmsnorm_f32(const float* __restrict__ x, const int* _
   float s = rsqrtf(block_sum(ss, red) / (float)K + eps);
   float* o = out + (size_t)blockIdx.x * K;
   for (int k = threadIdx.x; k < K; k += blockDim.x) o[k] = src[k] * s * h2f(nw[k]);
+}
+
+// spin_ns: one thread busy-waits ns nanoseconds of the global timer. For
+// profiling (kernels.Ctx.Spin): it holds the stream while the host queues a
+// whole step, so event timestamps between the step's kernels show device
+// time only, not the host's launch gaps.
+extern "C" __global__ void spin_ns(long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < (unsigned long long)ns);
 }

@@ -37,31 +37,35 @@ func (c *Ctx) GemvFits(M, K int) bool {
 	return M >= 1 && M <= GemvMaxM && GemvSmem(M, K)+1024 <= lim
 }
 
-// Gemv runs one fp16-weight GEMV over M (1..GemvMaxM) tokens: W [N][K]
+// Gemv runs one fp16-weight GEMV over M (1..GemvWideMaxM) tokens: W [N][K]
 // fp16, X fp32 rows of K (row m is X[xrow[m]] when xrow != 0, for GemvNorm
 // and GemvPlain), nw fp16 [K] (norm kinds), Y fp32 [M][N] ([M][N/2] for
-// GemvSwiGLU). K must be a multiple of 8.
+// GemvSwiGLU). K must be a multiple of 8. More than GemvMaxM tokens run
+// as one 2-D launch over chunks of at most GemvMaxM tokens (GemvChunk);
+// every token gets the bits it gets alone.
 func (c *Ctx) Gemv(kind GemvKind, W, X, xrow, nw DevicePtr, eps float32, Y DevicePtr, M, N, K int) error {
-	if M < 1 || M > GemvMaxM || K%8 != 0 || N <= 0 || (kind == GemvSwiGLU && N%2 != 0) {
+	if M < 1 || M > GemvWideMaxM || K%8 != 0 || N <= 0 || (kind == GemvSwiGLU && N%2 != 0) {
 		return fmt.Errorf("gemv kind %d M=%d N=%d K=%d: %w", kind, M, N, K, ErrBadArg)
-	}
-	name := c.gemvName(gemvNames[kind], M, c.useRing(M, K))
-	f, err := c.Func(name)
-	if err != nil {
-		return err
-	}
-	smem := GemvSmem(M, K)
-	if c.useRing(M, K) {
-		smem = c.gemvRingSmem(M, K)
-	}
-	if err := c.gemvSmemAttr(name, f, smem); err != nil {
-		return err
 	}
 	units := N
 	if kind == GemvSwiGLU {
 		units = N / 2
 	}
-	if c.useRing(M, K) {
+	mt := M
+	M, nch := c.gemvSplit(mt, K, units)
+	name := c.gemvName(gemvNames[kind], M, c.useRing(mt, K))
+	f, err := c.Func(name)
+	if err != nil {
+		return err
+	}
+	smem := GemvSmem(M, K)
+	if c.useRing(mt, K) {
+		smem = c.gemvRingSmem(M, K)
+	}
+	if err := c.gemvSmemAttr(name, f, smem); err != nil {
+		return err
+	}
+	if c.useRing(mt, K) {
 		grid, threads, err := c.gemvRingGrid(name, f, units, smem)
 		if err != nil {
 			return err
@@ -70,8 +74,8 @@ func (c *Ctx) Gemv(kind GemvKind, W, X, xrow, nw DevicePtr, eps float32, Y Devic
 			P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K))
 	}
 	grid, upb, threads := c.gemvGrid(units, smem)
-	return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
-		P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), I(upb), I(b2i(c.d.tune.GemvPrefetch)))
+	return c.launchPDL(f, Dim3{uint32(grid), uint32(nch), 1}, Dim3{uint32(threads), 1, 1}, smem,
+		P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), I(upb), I(b2i(c.d.tune.GemvPrefetch)), I(mt))
 }
 
 // GEMV kernel families. All give the same bits for the same inputs (each
@@ -252,23 +256,26 @@ func RopeRows(nh, nkv, hd int) []int {
 func (c *Ctx) GemvQKVRope(W, X, xrow, nw DevicePtr, eps float32, qkv, pos, slots, invFreq, kc, vc DevicePtr,
 	M, H, nh, nkv, hd int) error {
 	N := (nh + 2*nkv) * hd
-	if M < 1 || M > GemvMaxM || H%8 != 0 || hd%2 != 0 || N <= 0 {
+	if M < 1 || M > GemvWideMaxM || H%8 != 0 || hd%2 != 0 || N <= 0 {
 		return fmt.Errorf("gemv_qkv_rope M=%d H=%d heads %d/%d hd %d: %w", M, H, nh, nkv, hd, ErrBadArg)
 	}
-	name := c.gemvName("gemv_qkv_rope_m", M, c.useRing(M, H))
+	mt := M
+	M, nch := c.gemvSplit(mt, H, N/2)
+	ring := c.useRing(mt, H)
+	name := c.gemvName("gemv_qkv_rope_m", M, ring)
 	f, err := c.Func(name)
 	if err != nil {
 		return err
 	}
 	smem := GemvSmem(M, H)
-	if c.useRing(M, H) {
+	if ring {
 		smem = c.gemvRingSmem(M, H)
 	}
 	if err := c.gemvSmemAttr(name, f, smem); err != nil {
 		return err
 	}
 	rope := []uint64{P(pos), P(slots), P(invFreq), P(kc), P(vc), I(nh), I(nkv), I(hd)}
-	if c.useRing(M, H) {
+	if ring {
 		grid, threads, err := c.gemvRingGrid(name, f, N/2, smem)
 		if err != nil {
 			return err
@@ -277,8 +284,8 @@ func (c *Ctx) GemvQKVRope(W, X, xrow, nw DevicePtr, eps float32, qkv, pos, slots
 			append([]uint64{P(W), P(X), P(xrow), P(nw), F(eps), P(qkv), I(N), I(H)}, rope...)...)
 	}
 	grid, upb, threads := c.gemvGrid(N/2, smem)
-	return c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
-		append([]uint64{P(W), P(X), P(xrow), P(nw), F(eps), P(qkv), I(N), I(H), I(upb), I(b2i(c.d.tune.GemvPrefetch))}, rope...)...)
+	return c.launchPDL(f, Dim3{uint32(grid), uint32(nch), 1}, Dim3{uint32(threads), 1, 1}, smem,
+		append([]uint64{P(W), P(X), P(xrow), P(nw), F(eps), P(qkv), I(N), I(H), I(upb), I(b2i(c.d.tune.GemvPrefetch)), I(mt)}, rope...)...)
 }
 
 // RopeAppendPerm is RopeAppend reading src [T][(nh+2nkv)*hd] in RopeRows

@@ -33,6 +33,10 @@ type Tuning struct {
 	// 2; GemvWarpsAuto picks per matrix (gemvGrid), measured slower in
 	// decode on an H100 (816 vs 865 tokens/s, docs/cuda.md).
 	GemvWarps int
+	// NoGemvSpread: GEMV launches of 2..64 tokens whose grid has fewer
+	// blocks than the device has SMs keep chunks of up to GemvMaxM tokens
+	// instead of spreading over more, smaller chunks (ops_wide.go).
+	NoGemvSpread bool
 	// GemvPrefetch makes each GEMV block prefetch its weight rows to L2
 	// before loading its inputs: cost 9% of decode speed on an H100.
 	GemvPrefetch bool
@@ -130,6 +134,7 @@ const (
 	EnvGemvI8Wave    = "SPECGATE_GEMV_I8_WAVE"    // "0": NoGemvI8Wave, "1": not
 	EnvGemvWarps     = "SPECGATE_GEMV_WARPS"      // 8 | 4 | 2 | auto: GemvWarps
 	EnvGemvPrefetch  = "SPECGATE_GEMV_PREFETCH"   // "1": GemvPrefetch
+	EnvGemvSpread    = "SPECGATE_GEMV_SPREAD"     // "0": NoGemvSpread
 	EnvGemvRingBPS   = "SPECGATE_GEMV_RING_BPS"   // 0..8: GemvRingBlocksPerSM
 	EnvGemvRingWarps = "SPECGATE_GEMV_RING_WARPS" // 2..8: GemvRingWarps
 	EnvGemvRingMinK  = "SPECGATE_GEMV_RING_MINK"  // GemvRingMinK
@@ -178,6 +183,9 @@ func (t Tuning) WithEnv(getenv func(string) string) Tuning {
 	}
 	if getenv(EnvGemvPrefetch) == "1" {
 		t.GemvPrefetch = true
+	}
+	if getenv(EnvGemvSpread) == "0" {
+		t.NoGemvSpread = true
 	}
 	intIn(EnvGemvRingBPS, 0, 8, &t.GemvRingBlocksPerSM)
 	intIn(EnvGemvRingWarps, 2, 8, &t.GemvRingWarps)

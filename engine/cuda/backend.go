@@ -122,9 +122,10 @@ type Backend struct {
 	seen                     map[graphKey]int  // eager runs of graphable shapes not yet captured (eagerFirst)
 	hid                      kernels.DevicePtr
 	hidHost                  kernels.HostBuf
-	hidCap                   int     // bytes of hid and hidHost
-	hd                       headsIO // draft heads on the device (heads.go)
-	exact                    bool    // the step being queued runs chunked GEMVs (exact.go)
+	hidCap                   int        // bytes of hid and hidHost
+	hd                       headsIO    // draft heads on the device (heads.go)
+	exact                    bool       // the step being queued runs chunked GEMVs (exact.go)
+	prof                     *stageProf // stage profile (prof.go), nil: off
 }
 
 var _ engine.Backend = (*Backend)(nil)

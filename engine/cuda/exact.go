@@ -29,30 +29,21 @@ import (
 // concurrent trees), Qwen2 (QKV bias) and int8 weights; plain decoding of
 // a large batch is itself not bit-identical to batch 1 for the same reason.
 
-// MaxExactTokens is the largest step exact batches cover.
-const MaxExactTokens = 64
+// Since session 4 an exact step runs each projection as one launch
+// (kernels.Gemv over up to kernels.GemvWideMaxM tokens: a 2-D grid whose
+// block rows are chunks of at most GemvMaxM tokens, each computed as the
+// GEMV of that chunk alone), not one launch per chunk of 8 tokens: same
+// bits, 5 launches per layer instead of 5 per chunk.
 
-// exactStep reports whether a step of T tokens runs as chunked GEMVs.
+// MaxExactTokens is the largest step exact batches cover.
+const MaxExactTokens = kernels.GemvWideMaxM
+
+// exactStep reports whether a step of T tokens runs its projections as
+// GEMVs: tree steps (a batch with an ancestor mask) of more than GemvMaxM
+// tokens, unless Options.FastVerify.
 func (b *Backend) exactStep(c *kernels.Ctx, T int) bool {
 	cfg := b.cfg
-	return !b.opt.FastVerify && !cfg.QKVBias && len(b.layers) > 0 && b.layers[0].wqkv.s == 0 && T > kernels.GemvMaxM && T <= MaxExactTokens && b.nTiles == 0 && len(b.hostFlat.mask) > 0 &&
-		c.GemvFits(kernels.GemvMaxM, cfg.HiddenSize) && c.GemvFits(kernels.GemvMaxM, cfg.QDim()) &&
-		c.GemvFits(kernels.GemvMaxM, cfg.IntermediateSize)
-}
-
-// qkvChunks is the fused QKV+RoPE GEMV over T tokens in chunks of
-// GemvMaxM (exact steps).
-func (b *Backend) qkvChunks(c *kernels.Ctx, ly *layer, lay metaLayout, kc, vc kernels.DevicePtr, T int) error {
-	cfg := b.cfg
-	H := cfg.HiddenSize
-	mp := func(off int) kernels.DevicePtr { return b.meta + kernels.DevicePtr(off*4) }
-	for m0 := 0; m0 < T; m0 += kernels.GemvMaxM {
-		m := min(kernels.GemvMaxM, T-m0)
-		o := kernels.DevicePtr(m0 * 4)
-		if err := c.GemvQKVRope(ly.wqkv.w, b.x+kernels.DevicePtr(m0*H*4), 0, ly.attnNorm, b.eps, b.qkv+kernels.DevicePtr(m0*b.qkvDim*4),
-			mp(lay.pos)+o, mp(lay.slots)+o, b.inv, kc, vc, m, H, cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim); err != nil {
-			return err
-		}
-	}
-	return nil
+	tree := len(b.hostFlat.mask) > 0
+	return !b.opt.FastVerify && !cfg.QKVBias && len(b.layers) > 0 && b.layers[0].wqkv.s == 0 && T > kernels.GemvMaxM && T <= MaxExactTokens && b.nTiles == 0 && tree &&
+		c.GemvWideFits(T, cfg.HiddenSize) && c.GemvWideFits(T, cfg.QDim()) && c.GemvWideFits(T, cfg.IntermediateSize)
 }

@@ -319,7 +319,9 @@ func (b *Backend) graphable(c *kernels.Ctx, T, R int) bool {
 		c.GemvFits(T, cfg.HiddenSize) && c.GemvFits(T, cfg.QDim()) && c.GemvFits(T, cfg.IntermediateSize) {
 		return true
 	}
-	return !b.opt.NoGraphBatched && b.nTiles == 0 && T <= MaxGraphTokens && R <= MaxGraphTokens && kernels.HasCUBLAS() && !b.opt.NoCUBLAS
+	// exact steps (exact.go) are GEMVs only, also without cuBLAS
+	return !b.opt.NoGraphBatched && b.nTiles == 0 && T <= MaxGraphTokens && R <= MaxGraphTokens &&
+		(b.exact || kernels.HasCUBLAS() && !b.opt.NoCUBLAS)
 }
 
 // MaxGraphTokens is the largest step captured as a CUDA graph.
@@ -332,10 +334,16 @@ type graphKey struct {
 	multi  bool // a DecodeGreedy step: decode_advance first
 	splits int  // attention split blocks per head (b.dev.AttnSplitsFor(b.attnMax))
 	heads  int  // the step's draft heads set (heads.go), 0: none
+	// exact: the step runs its projections as GEMVs (exact.go). A tree
+	// step and a plain batch of the same size differ here: replaying one's
+	// graph for the other would run cuBLAS GEMMs in a tree step.
+	exact bool
 }
 
 func (b *Backend) runMaybeGraph(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) error {
-	return b.runMaybeGraphKey(c, graphKey{T, R, argmax, false, b.dev.AttnSplitsFor(b.attnMax), b.headsKey()}, lay)
+	b.exact = b.exactStep(c, T) // GEMVs instead of cuBLAS GEMMs (exact.go)
+	defer func() { b.exact = false }()
+	return b.runMaybeGraphKey(c, graphKey{T, R, argmax, false, b.dev.AttnSplitsFor(b.attnMax), b.headsKey(), b.exact}, lay)
 }
 
 // runMaybeGraphKey runs one step: from its CUDA graph when the batch is
@@ -350,7 +358,7 @@ func (b *Backend) runMaybeGraphKey(c *kernels.Ctx, key graphKey, lay metaLayout)
 		}
 		return b.run(c, T, R, lay, argmax)
 	}
-	if !b.graphable(c, T, R) || b.noGraph[key] {
+	if !b.graphable(c, T, R) || b.noGraph[key] || b.prof != nil {
 		return run()
 	}
 	g := b.graphs[key]
@@ -484,7 +492,7 @@ func (b *Backend) DecodeGreedy(token, pos int32, cached, slots []int32, out []in
 			return err
 		}
 		for i := 0; i < n; i++ {
-			if err := b.runMaybeGraphKey(c, graphKey{1, 1, true, true, b.dev.AttnSplitsFor(b.attnMax), 0}, lay); err != nil {
+			if err := b.runMaybeGraphKey(c, graphKey{1, 1, true, true, b.dev.AttnSplitsFor(b.attnMax), 0, false}, lay); err != nil {
 				return err
 			}
 		}
@@ -522,6 +530,9 @@ func (b *Backend) run(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) err
 		Cached: mp(lay.cached), MaskOff: mp(lay.maskoff), Mask: mp(lay.mask), MaxLen: b.attnMax}
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	layerBytes := kernels.DevicePtr(b.opt.NumSlots * b.kvDim * 4)
+	if err := b.profStart(c); err != nil { // stage profile (prof.go)
+		return err
+	}
 	if err := c.Embed(b.embed, mp(lay.tokens), b.x, T, H); err != nil {
 		return err
 	}
@@ -530,22 +541,20 @@ func (b *Backend) run(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) err
 	c.SetPDL(!b.opt.NoPDL)
 	defer c.SetPDL(false)
 	fused := T <= kernels.GemvMaxM && c.GemvFits(T, H) && !cfg.QKVBias // biases add before RoPE
-	b.exact = b.exactStep(c, T)                                        // chunked GEMVs instead of cuBLAS (exact.go)
-	defer func() { b.exact = false }()
+	if err := b.mark(c, "embed"); err != nil {
+		return err
+	}
 	for l := range b.layers {
 		ly := &b.layers[l]
 		kc, vc := b.kc+kernels.DevicePtr(l)*layerBytes, b.vc+kernels.DevicePtr(l)*layerBytes
-		if b.exact {
-			if err := b.qkvChunks(c, ly, lay, kc, vc, T); err != nil {
+		if b.exact || fused && ly.wqkv.s == 0 {
+			// one launch for all T tokens (a 2-D grid above GemvMaxM: exact.go)
+			if err := c.GemvQKVRope(ly.wqkv.w, b.x, 0, ly.attnNorm, b.eps, b.qkv, mp(lay.pos), mp(lay.slots), b.inv,
+				kc, vc, T, H, nh, nkv, hd); err != nil {
 				return fmt.Errorf("layer %d qkv+rope: %w", l, err)
 			}
 		} else if fused && ly.wqkv.s != 0 {
 			if err := c.GemvI8QKVRope(ly.wqkv.w, ly.wqkv.s, b.x, 0, ly.attnNorm, b.eps, b.qkv, mp(lay.pos), mp(lay.slots), b.inv,
-				kc, vc, T, H, nh, nkv, hd); err != nil {
-				return fmt.Errorf("layer %d qkv+rope: %w", l, err)
-			}
-		} else if fused {
-			if err := c.GemvQKVRope(ly.wqkv.w, b.x, 0, ly.attnNorm, b.eps, b.qkv, mp(lay.pos), mp(lay.slots), b.inv,
 				kc, vc, T, H, nh, nkv, hd); err != nil {
 				return fmt.Errorf("layer %d qkv+rope: %w", l, err)
 			}
@@ -562,17 +571,32 @@ func (b *Backend) run(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) err
 				return fmt.Errorf("layer %d rope: %w", l, err)
 			}
 		}
+		if err := b.mark(c, "qkv"); err != nil {
+			return err
+		}
 		if err := b.attention(c, am, lay, kc, vc, T, scale); err != nil {
 			return fmt.Errorf("layer %d attention: %w", l, err)
+		}
+		if err := b.mark(c, "attention"); err != nil {
+			return err
 		}
 		if err := b.mmQ(c, kernels.GemvResid, ly.wo, b.attn, 0, 0, b.x, T, H, cfg.QDim()); err != nil {
 			return fmt.Errorf("layer %d o_proj: %w", l, err)
 		}
+		if err := b.mark(c, "o_proj"); err != nil {
+			return err
+		}
 		if err := b.mmQ(c, kernels.GemvSwiGLU, ly.wgu, b.x, 0, ly.mlpNorm, b.act, T, 2*I, H); err != nil {
 			return fmt.Errorf("layer %d gate/up: %w", l, err)
 		}
+		if err := b.mark(c, "gate_up"); err != nil {
+			return err
+		}
 		if err := b.mmQ(c, kernels.GemvResid, ly.wd, b.act, 0, 0, b.x, T, H, I); err != nil {
 			return fmt.Errorf("layer %d down: %w", l, err)
+		}
+		if err := b.mark(c, "down"); err != nil {
+			return err
 		}
 	}
 	if R == 0 {
@@ -581,15 +605,21 @@ func (b *Backend) run(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) err
 	if err := b.mmQ(c, kernels.GemvNorm, b.lmHeadQ, b.x, mp(lay.rows), b.norm, b.logits, R, V, H); err != nil {
 		return fmt.Errorf("lm_head: %w", err)
 	}
+	if err := b.mark(c, "lm_head"); err != nil {
+		return err
+	}
 	if argmax {
 		if err := c.ArgmaxRows(b.logits, b.argIdx, R, V); err != nil {
 			return fmt.Errorf("argmax: %w", err)
+		}
+		if err := b.mark(c, "argmax"); err != nil {
+			return err
 		}
 	}
 	if err := b.runHeads(c, R, lay); err != nil {
 		return fmt.Errorf("draft heads: %w", err)
 	}
-	return nil
+	return b.mark(c, "heads")
 }
 
 // attention queues one layer's attention: the per-token split kernel for
@@ -613,8 +643,8 @@ func (b *Backend) attention(c *kernels.Ctx, am kernels.AttnMeta, lay metaLayout,
 // mm computes one projection of M rows (see kernels.GemvKind): GEMV when M
 // fits, cuBLAS for larger M when available, else GEMV in chunks.
 func (b *Backend) mm(c *kernels.Ctx, kind kernels.GemvKind, W, X, xrow, nw, Y kernels.DevicePtr, M, N, K int) error {
-	if M <= kernels.GemvMaxM && c.GemvFits(M, K) {
-		return c.Gemv(kind, W, X, xrow, nw, b.eps, Y, M, N, K)
+	if M <= kernels.GemvMaxM && c.GemvFits(M, K) || b.exact && c.GemvWideFits(M, K) {
+		return c.Gemv(kind, W, X, xrow, nw, b.eps, Y, M, N, K) // 2-D launch above GemvMaxM (exact.go)
 	}
 	outW := N
 	if kind == kernels.GemvSwiGLU {
