@@ -366,8 +366,24 @@ func TestConfidence(t *testing.T) {
 	if v := s.Confidence(3, 1); !(v > 0.6) {
 		t.Fatalf("suffix matching with confirmed tokens: %v, want > 0.6", v)
 	}
+	// no match now: the tenant's record (its requests' confirmed tokens
+	// against rejections, prior 0.6 at weight 20), for this request and a
+	// new one of the tenant once it has called; no opinion for a tenant
+	// without a record and before a request's first call.
 	propose1(t, s, engine.ProposeRequest{ID: 3, Prompt: prompt, Generated: []int32{2, 3, 4, 5, 6, 50, 51}})
-	if v := s.Confidence(3, 1); v != -1 {
-		t.Fatalf("suffix without a match now: %v, want -1", v)
+	rec := s.Confidence(3, 1)
+	if !(rec > 0.6 && rec < 1) {
+		t.Fatalf("suffix without a match now: %v, want the tenant's record (> 0.6: 3 confirmed, no rejection)", rec)
+	}
+	if v := s.Confidence(4, 1); v != -1 {
+		t.Fatalf("before the first call: %v, want -1", v)
+	}
+	propose1(t, s, engine.ProposeRequest{ID: 4, Prompt: []int32{70, 71, 72}, Generated: []int32{73}})
+	if v := s.Confidence(4, 1); v != rec {
+		t.Fatalf("same tenant, no match: %v, want the tenant's record %v", v, rec)
+	}
+	propose1(t, s, engine.ProposeRequest{ID: 5, Tenant: "other", Prompt: []int32{70, 71, 72}, Generated: []int32{73}})
+	if v := s.Confidence(5, 1); v != -1 {
+		t.Fatalf("another tenant without a record: %v, want -1", v)
 	}
 }
