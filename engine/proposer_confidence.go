@@ -20,8 +20,13 @@ type Confident interface {
 // confidence is proposer k's own estimate for sp's request at depth d, or
 // a negative value when it has none.
 func (sp *specState) confidence(k, d int) float64 {
-	c, ok := sp.props[k].(Confident)
-	if !ok {
+	var c Confident
+	if k < len(sp.conf) {
+		c = sp.conf[k]
+	} else {
+		c, _ = sp.props[k].(Confident)
+	}
+	if c == nil {
 		return -1
 	}
 	v := c.Confidence(sp.id, d)

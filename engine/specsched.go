@@ -31,6 +31,11 @@ type specState struct {
 	lastProbe []int64
 	// granted: draft nodes the budget granted the request in this step
 	granted int
+	// hiddenK[k]: proposer k needs the hidden row (HiddenNeeder); conf[k]:
+	// proposer k as a Confident, or nil (looked up once per request: the
+	// budget asks per candidate and depth every step)
+	hiddenK []bool
+	conf    []Confident
 	// from[i] has bit k set when proposer k proposed node i of this step's tree.
 	from []uint64
 	id   RequestID // the request's id, for Confident proposers
@@ -83,11 +88,13 @@ func (e *Engine) newSpecState(props []Proposer, typ *TypicalAcceptance) *specSta
 		acc: make([][]float64, len(props)), stats: make([]SourceStats, len(props)), glob: make([]*propState, len(props)),
 		lastProbe: make([]int64, len(props))}
 	dormant := true
+	sp.hiddenK, sp.conf = make([]bool, len(props)), make([]Confident, len(props))
 	for k, p := range props {
 		sp.acc[k] = []float64{}
 		sp.glob[k] = e.propStateOf(p)
+		sp.conf[k], _ = p.(Confident)
 		if h, ok := p.(HiddenNeeder); ok && h.NeedsHidden() {
-			sp.needHidden = true
+			sp.needHidden, sp.hiddenK[k] = true, true
 			dormant = dormant && sp.glob[k].dormant
 		}
 	}
@@ -102,8 +109,8 @@ func (e *Engine) newSpecState(props []Proposer, typ *TypicalAcceptance) *specSta
 // last step, or in fixed mode; else until the first of their probes is
 // due. A request with a hidden-state proposer (Medusa heads) decodes so
 // only while it fetches no hidden row (planHidden decided its proposer
-// cannot draft in the next step), and stops one step short of the probe:
-// that step decides whether to fetch the row the probe needs. Before, such
+// cannot draft soon), and stops two steps short of the probe: the first
+// decides whether to fetch the row the probe needs, the second fetches it. Before, such
 // a request never used multi-step decoding, so on the GPU (serve: chunks of
 // 8 at ~0.09 ms a token against ~0.12 ms one token a step) a dormant Medusa
 // request ran slower than plain decoding.
@@ -116,7 +123,7 @@ func (sp *specState) dormantSteps(fixed bool) int {
 		k = min(k, g.probeEvery-g.idle)
 	}
 	if sp.needHidden {
-		k--
+		k -= 2
 	}
 	return k
 }
@@ -327,8 +334,7 @@ func limitProbes(cands []*specCand, nProps int) {
 // blind reports whether proposer k needs the request's hidden row (or its
 // device heads' candidates) and the last step did not fetch it.
 func (sp *specState) blind(k int) bool {
-	h, ok := sp.props[k].(HiddenNeeder)
-	if !ok || !h.NeedsHidden() {
+	if !sp.hiddenK[k] {
 		return false
 	}
 	if sp.headsID > 0 && k == sp.headsK {
@@ -344,7 +350,8 @@ func (sp *specState) blind(k int) bool {
 // this step (it speculates: the next step likely grants again), in fixed
 // mode every one, one that could not draft in this step while its
 // proposer paid for others (it joins them), and one whose proposer's
-// probe is due in the next step, among those limitProbes would pick,
+// probe is due in two steps (a row fetched by the next step's forward is
+// what the step after reads), among those limitProbes would pick,
 // when the probe may pay.
 func (e *Engine) planHidden(cands []*specCand, paid []bool, baseT, emit int) {
 	var due []*specCand
@@ -356,14 +363,16 @@ func (e *Engine) planHidden(cands []*specCand, paid []bool, baseT, emit int) {
 	}
 	for _, c := range cands {
 		sp := c.r.spec
-		if h, ok := sp.props[c.k].(HiddenNeeder); !ok || !h.NeedsHidden() {
+		if !sp.hiddenK[c.k] {
 			continue
 		}
 		g := sp.glob[c.k]
 		switch {
 		case c.n > 0 || e.opts.FixedDraft || (c.blind && paid[c.propID]):
 			sp.skipHidden = false
-		case g.idle >= g.probeEvery:
+		case g.idle+1 >= g.probeEvery:
+			// the probe is due in two steps: the row fetched by the next
+			// step's forward is what that step's Propose reads
 			d := *c
 			d.blind, d.probe, d.due = false, false, false
 			if c.blind {
@@ -422,6 +431,9 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 	// nothing (it cost 2-11 µs per step on the H100 host at concurrency
 	// 1-32, 2-3% of a plain step).
 	scr := &e.scr
+	if e.stillDormant(reqs, baseT, emit) {
+		return nil
+	}
 	props := scr.props[:0]
 	n := 0
 	for _, r := range reqs {
@@ -568,8 +580,17 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 	e.planHidden(cands, paid, baseT, emit)
 	if used == 0 {
 		e.noteTrees(0)
+		quiet := !e.opts.FixedDraft
+		for _, c := range cands {
+			quiet = quiet && !c.probe && !c.due
+		}
+		if quiet {
+			scr.dormant = append(scr.dormant[:0], reqs...)
+			scr.dormantT, scr.dormantE = baseT, emit
+		}
 		return nil
 	}
+	scr.dormant = scr.dormant[:0]
 	// one Propose call per proposer
 	type call struct {
 		reqs  []ProposeRequest
@@ -584,7 +605,7 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 		pr := ProposeRequest{ID: c.r.id, Tenant: c.r.req.Tenant, Prompt: c.r.req.Prompt, Generated: c.r.generated,
 			Params: c.r.sampler, Budget: c.n, MaxDepth: c.cap, Known: c.r.req.KnownDrafts, Rand: c.r.rng,
 			Active: active, Proposed: sp.stats[c.k].Proposed, Accepted: sp.stats[c.k].Accepted}
-		if h, ok := sp.props[c.k].(HiddenNeeder); ok && h.NeedsHidden() && len(sp.hidden) > 0 {
+		if sp.hiddenK[c.k] && len(sp.hidden) > 0 {
 			pr.Hidden = sp.hidden
 		}
 		if len(sp.headTop) > 0 {
@@ -665,6 +686,50 @@ type proposeScratch struct {
 	levelCost    []float64
 	depth        []int
 	paid, probed []bool
+	// dormant: the requests of the last step, when its budget granted
+	// nothing, probed nothing and found no probe due (stillDormant);
+	// dormantT, dormantE its baseT and emit.
+	dormant            []*request
+	dormantT, dormantE int
+}
+
+// stillDormant is the budget's shortcut for a step that is the last one
+// again: the same speculative requests in the same batch size, nothing
+// granted, probed or due then, so no acceptance estimate has moved since
+// (none of their proposers is Confident: those estimates move per token),
+// and no proposer's probe is due within two steps (planHidden would then
+// fetch rows). The full budget would grant nothing again; this
+// advances the proposers' probe clocks as it would and returns true. Only
+// the step costs can have drifted since, and the full budget runs again at
+// the latest two steps before the next probe.
+func (e *Engine) stillDormant(reqs []*request, baseT, emit int) bool {
+	scr := &e.scr
+	if len(scr.dormant) == 0 || len(reqs) != len(scr.dormant) || baseT != scr.dormantT || emit != scr.dormantE {
+		return false
+	}
+	for i, r := range reqs {
+		if scr.dormant[i] != r || !r.spec.declined {
+			return false
+		}
+		for _, c := range r.spec.conf {
+			if c != nil {
+				return false // its own estimate moves with every token (a draft that realigns)
+			}
+		}
+	}
+	for _, p := range scr.props {
+		if g := e.propStateOf(p); g.idle+2 >= g.probeEvery {
+			return false
+		}
+	}
+	for _, p := range scr.props {
+		e.propStateOf(p).idle++
+	}
+	for _, r := range reqs {
+		r.spec.id, r.spec.granted = r.id, 0
+	}
+	e.noteTrees(0)
+	return true
 }
 
 // growTo returns (*buf)[:n] zeroed, growing *buf when needed.

@@ -295,3 +295,70 @@ func TestDormantHiddenProposerUsesMultiStep(t *testing.T) {
 		t.Fatalf("%d proposals with a hidden row: the dormant proposer is not probed", p.withHidden.Load())
 	}
 }
+
+// oracleAfter drafts the target's own continuation (accepted) but only
+// claims confidence once the request has generated `after` tokens; before,
+// its Confidence is 0, so the budget grants it nothing.
+type oracleAfter struct {
+	want  []int32
+	after int
+	first atomic.Int32 // tokens generated when it first proposed
+}
+
+func (o *oracleAfter) Confidence(id RequestID, depth int) float64 {
+	if o.first.Load() < 0 {
+		return 0
+	}
+	return 1
+}
+func (o *oracleAfter) Release(RequestID) {}
+func (o *oracleAfter) Propose(_ context.Context, reqs []ProposeRequest) ([]Proposal, error) {
+	out := make([]Proposal, len(reqs))
+	for i, r := range reqs {
+		g := len(r.Generated)
+		if o.first.Load() == 0 {
+			o.first.Store(int32(g))
+		}
+		for d := 0; d < min(r.Budget, r.MaxDepth) && g+d < len(o.want); d++ {
+			out[i].Tokens = append(out[i].Tokens, o.want[g+d])
+			out[i].Parents = append(out[i].Parents, int32(d)-1)
+		}
+	}
+	return out, nil
+}
+
+// TestConfidentSourceNotShortcut: the budget's dormant shortcut
+// (stillDormant) never skips a Confident proposer, whose estimate moves
+// with every token: a source that becomes certain after 40 tokens drafts
+// in the step it does, not at the next probe.
+func TestConfidentSourceNotShortcut(t *testing.T) {
+	cfg := genConfig()
+	m := NewRandomModel(cfg, 61, LoadOptions{KVTokens: 4096, BlockSize: 4, Threads: 2, DisablePrefixCache: true})
+	prompt := []int32{5, 7, 9, 11}
+	want := manualGreedy(t, m, prompt, 120)
+	o := &oracleAfter{want: want, after: 40}
+	o.first.Store(-1)
+	price := func(T int, tree, heads bool) time.Duration {
+		return time.Duration(float64(time.Millisecond) * (1 + 0.05*float64(T-1)))
+	}
+	e := New(m, Options{Proposers: []Proposer{o}, MaxDraft: 8, StepClassCost: price})
+	defer e.Close()
+	var got []int32
+	_, err := e.Generate(context.Background(), GenerateRequest{Prompt: prompt, MaxTokens: 120}, func(c Chunk) error {
+		got = append(got, c.Tokens...)
+		if len(got) >= o.after && o.first.Load() < 0 {
+			o.first.Store(0) // confident from now on
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatal("output differs from plain decoding")
+	}
+	t.Logf("first proposal with %d tokens generated (confident from %d)", o.first.Load(), o.after)
+	if f := o.first.Load(); f <= 0 || f > int32(o.after)+3 {
+		t.Fatalf("first proposal with %d tokens generated, confident from %d: the shortcut skipped it", f, o.after)
+	}
+}
