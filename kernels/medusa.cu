@@ -59,33 +59,32 @@ extern "C" __global__ void __launch_bounds__(256) heads_resblock(const float* __
 // best over the lanes' list heads. grid ceil(P/8), block 256.
 __device__ __forceinline__ bool topk_better(float v, int i, float w, int j) { return v > w || (v == w && i < j); }
 
-extern "C" __global__ void __launch_bounds__(256) heads_topk(const float* __restrict__ logits, const int* __restrict__ ids,
-                                                             int* __restrict__ out, int P, int R, int nh, int V, int K) {
-  const int lane = threadIdx.x & 31, p = blockIdx.x * 8 + (threadIdx.x >> 5);
-  if (p >= P) return;  // whole warps
-  const float* row = logits + (size_t)p * V;
-  float tv[HEADS_KMAX];
-  int ti[HEADS_KMAX];
+// topk_init / topk_insert: a lane's sorted list (tv, ti) of its K best
+// (value, index) pairs, largest first, ties to the lower index.
+__device__ __forceinline__ void topk_init(float (&tv)[HEADS_KMAX], int (&ti)[HEADS_KMAX]) {
 #pragma unroll
   for (int j = 0; j < HEADS_KMAX; j++) {
     tv[j] = NEG_INF;
     ti[j] = 0x7fffffff;
   }
-  for (int i = lane; i < V; i += 32) {
-    float v = row[i];
-    if (!(v == v)) v = NEG_INF;
-    if (!topk_better(v, i, tv[K - 1], ti[K - 1])) continue;
-    int j = K - 1;
-    while (j > 0 && topk_better(v, i, tv[j - 1], ti[j - 1])) {
-      tv[j] = tv[j - 1];
-      ti[j] = ti[j - 1];
-      j--;
-    }
-    tv[j] = v;
-    ti[j] = i;
+}
+__device__ __forceinline__ void topk_insert(float (&tv)[HEADS_KMAX], int (&ti)[HEADS_KMAX], int K, float v, int i) {
+  if (!topk_better(v, i, tv[K - 1], ti[K - 1])) return;
+  int j = K - 1;
+  while (j > 0 && topk_better(v, i, tv[j - 1], ti[j - 1])) {
+    tv[j] = tv[j - 1];
+    ti[j] = ti[j - 1];
+    j--;
   }
-  const int h = p / R, r = p - h * R;
-  int* o = out + ((size_t)r * nh + h) * K;
+  tv[j] = v;
+  ti[j] = i;
+}
+
+// topk_warp_out: the warp's K best over its lanes' lists (K rounds of a
+// warp-wide best over the list heads), o[j] = ids ? ids[idx] : idx (0 for
+// an empty slot), written by lane 0.
+__device__ __forceinline__ void topk_warp_out(const float (&tv)[HEADS_KMAX], const int (&ti)[HEADS_KMAX], int K,
+                                              int lane, const int* __restrict__ ids, int* __restrict__ o) {
   int ptr = 0;
   for (int j = 0; j < K; j++) {
     float bv = ptr < K ? tv[ptr] : NEG_INF;
@@ -105,6 +104,23 @@ extern "C" __global__ void __launch_bounds__(256) heads_topk(const float* __rest
     if (lane == bl) ptr++;
     if (lane == 0) o[j] = bi == 0x7fffffff ? 0 : (ids ? ids[bi] : bi);
   }
+}
+
+extern "C" __global__ void __launch_bounds__(256) heads_topk(const float* __restrict__ logits, const int* __restrict__ ids,
+                                                             int* __restrict__ out, int P, int R, int nh, int V, int K) {
+  const int lane = threadIdx.x & 31, p = blockIdx.x * 8 + (threadIdx.x >> 5);
+  if (p >= P) return;  // whole warps
+  const float* row = logits + (size_t)p * V;
+  float tv[HEADS_KMAX];
+  int ti[HEADS_KMAX];
+  topk_init(tv, ti);
+  for (int i = lane; i < V; i += 32) {
+    float v = row[i];
+    if (!(v == v)) v = NEG_INF;
+    topk_insert(tv, ti, K, v, i);
+  }
+  const int h = p / R, r = p - h * R;
+  topk_warp_out(tv, ti, K, lane, ids, out + ((size_t)r * nh + h) * K);
 }
 
 // ---------------------------------------------------------------------------
@@ -279,43 +295,8 @@ extern "C" __global__ void __launch_bounds__(256) heads_topk_merge(const float* 
   const int* ri = ci + (size_t)p * N;
   float tv[HEADS_KMAX];
   int ti[HEADS_KMAX];
-#pragma unroll
-  for (int j = 0; j < HEADS_KMAX; j++) {
-    tv[j] = NEG_INF;
-    ti[j] = 0x7fffffff;
-  }
-  for (int i = lane; i < N; i += 32) {
-    const float v = rv[i];
-    const int id = ri[i];
-    if (!topk_better(v, id, tv[K - 1], ti[K - 1])) continue;
-    int j = K - 1;
-    while (j > 0 && topk_better(v, id, tv[j - 1], ti[j - 1])) {
-      tv[j] = tv[j - 1];
-      ti[j] = ti[j - 1];
-      j--;
-    }
-    tv[j] = v;
-    ti[j] = id;
-  }
+  topk_init(tv, ti);
+  for (int i = lane; i < N; i += 32) topk_insert(tv, ti, K, rv[i], ri[i]);
   const int h = p / R, r = p - h * R;
-  int* o = out + ((size_t)r * nh + h) * K;
-  int ptr = 0;
-  for (int j = 0; j < K; j++) {
-    float bv = ptr < K ? tv[ptr] : NEG_INF;
-    int bi = ptr < K ? ti[ptr] : 0x7fffffff;
-    int bl = lane;
-#pragma unroll
-    for (int s = 16; s > 0; s >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, s);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, s);
-      const int ol = __shfl_xor_sync(0xffffffffu, bl, s);
-      if (topk_better(ov, oi, bv, bi) || (ov == bv && oi == bi && ol < bl)) {
-        bv = ov;
-        bi = oi;
-        bl = ol;
-      }
-    }
-    if (lane == bl) ptr++;
-    if (lane == 0) o[j] = bi == 0x7fffffff ? 0 : (ids ? ids[bi] : bi);
-  }
+  topk_warp_out(tv, ti, K, lane, ids, out + ((size_t)r * nh + h) * K);
 }
