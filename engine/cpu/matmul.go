@@ -392,8 +392,10 @@ func hasAttn512(hd int) bool {
 
 // scores512 sets out[i] = q . key_i for the keys of slots (key_i = base +
 // slots[i]*stride floats, hd floats each; hasAttn512(hd)) in groups of 16
-// keys; a last partial group is padded with its first key. A key's score
-// is the same whatever group and lane it is computed in.
+// keys; with 16 keys or more a last partial group is the last 16 keys
+// (their scores are written again, the same values), else the group is
+// padded with its first key. A key's score is the same whatever group and
+// lane it is computed in.
 func scores512(q, base *float32, slots []int32, stride, hd int, out []float32) {
 	k := attnKernels512[hd/16].scores
 	n := len(slots) &^ 15
@@ -401,7 +403,14 @@ func scores512(q, base *float32, slots []int32, stride, hd int, out []float32) {
 	if n > 0 {
 		k(q, base, &slots[0], n, stride, &out[0])
 	}
-	if r := len(slots) - n; r > 0 {
+	r := len(slots) - n
+	switch {
+	case r == 0:
+	case n > 0:
+		// k is a func value: arrays passed to it escape to the heap, so
+		// the overlap avoids a padded copy (a heap allocation per call)
+		k(q, base, &slots[len(slots)-16], 16, stride, &out[len(slots)-16])
+	default:
 		var pad [16]int32
 		var tmp [16]float32
 		copy(pad[:], slots[n:])
