@@ -76,6 +76,9 @@ type Device struct {
 	capturing         bool            // between BeginCapture and EndCapture
 	tune              Tuning          // defaults filled in (OpenTuned, Ctx.SetTuning)
 	ringMaxBlocks     int             // when > 0, caps the ring GEMV grid (tests: many units per warp)
+	// spin is tune.HandoffSpin, fixed when the device opens: Do's caller
+	// reads it while the worker may be inside SetTuning, which writes tune.
+	spin time.Duration
 }
 
 // launchCfg mirrors CUlaunchConfig (cuda.h, 64-bit): grid, block, shared
@@ -174,7 +177,7 @@ func OpenTuned(ordinal int, t Tuning) (*Device, error) {
 	if err := loadLibs(); err != nil {
 		return nil, err
 	}
-	d := &Device{Ordinal: ordinal, reqs: make(chan func(), 1), stopped: make(chan struct{}), funcs: map[string]Func{}, tune: t}
+	d := &Device{Ordinal: ordinal, reqs: make(chan func(), 1), stopped: make(chan struct{}), funcs: map[string]Func{}, tune: t, spin: t.HandoffSpin}
 	d.c = Ctx{d}
 	for i := range d.argp {
 		d.argp[i] = uintptr(unsafe.Pointer(&d.args[i]))
@@ -235,7 +238,7 @@ func spinAllowed(spin time.Duration) bool { return spin > 0 && runtime.GOMAXPROC
 // polling for Tuning.HandoffSpin before blocking. The worker is locked to its
 // thread: it must not yield (runtime.Gosched would hand its thread off).
 func (d *Device) next() (func(), bool) {
-	if spin := d.tune.HandoffSpin; spinAllowed(spin) {
+	if spin := d.spin; spinAllowed(spin) {
 		deadline := time.Now().Add(spin)
 		for i := 0; ; i++ {
 			select {
@@ -368,7 +371,7 @@ func (d *Device) Do(f func(c *Ctx) error) error {
 		done <- err
 	}
 	d.mu.Unlock()
-	if spin := d.tune.HandoffSpin; spinAllowed(spin) {
+	if spin := d.spin; spinAllowed(spin) {
 		deadline := time.Now().Add(spin)
 		for i := 0; ; i++ {
 			select {
