@@ -114,6 +114,8 @@ func (c *Cache) NearMisses(ctx context.Context, req *Request, band float32, mode
 	}
 	v := vs[0]
 	var out []NearMiss
+	var keys [][]token // out[i]'s key, tokenized (for the guard and the ranking)
+	qt := tokenize(p.norm)
 	nss := append([]string{p.ns}, c.tenantNamespaces(req.Tenant, append([]string{req.Model}, models...), p.ns, maxNearMissNamespaces)...)
 	for _, ns := range nss {
 		ms, err := c.index.Search(ctx, ns, v, max(c.cfg.TopK, k, nearMissPool))
@@ -133,20 +135,22 @@ func (c *Cache) NearMisses(ctx context.Context, req *Request, band float32, mode
 				return nil, fmt.Errorf("cache: near miss: fetch: %w", err)
 			}
 			reason := "threshold"
+			kt := tokenize(e.Key)
 			if ns == p.ns && m.Score >= p.cfg.Threshold {
 				// a hit unless the guard refuses it (Get decided so already
 				// when the caller saw a miss; check again: entries change).
 				// A request that did not read the cache (Cache-Control:
 				// no-cache) is generated although the cache holds this
 				// answer: it is the closest draft there is.
-				if !c.cfg.DisableGuard {
-					reason = Guard(p.norm, e.Key)
-				}
-				if reason == "" || c.cfg.DisableGuard {
-					if !req.NoCache {
+				switch {
+				case req.NoCache:
+					reason = NearMissNoCache // a hit or not, the request is generated
+				case c.cfg.DisableGuard:
+					continue
+				default:
+					if reason = guardTokens(qt, kt); reason == "" {
 						continue
 					}
-					reason = NearMissNoCache
 				}
 			} else if ns != p.ns {
 				reason = "params"
@@ -156,9 +160,10 @@ func (c *Cache) NearMisses(ctx context.Context, req *Request, band float32, mode
 			}
 			took++
 			out = append(out, NearMiss{Namespace: ns, ID: e.ID, Key: e.Key, Similarity: m.Score, Reason: reason, Response: e.Response})
+			keys = append(keys, kt)
 		}
 	}
-	rankNearMisses(p.norm, out)
+	rankNearMisses(qt, keys, out)
 	if len(out) > k {
 		out = out[:k]
 	}
@@ -167,31 +172,31 @@ func (c *Cache) NearMisses(ctx context.Context, req *Request, band float32, mode
 
 // nearMissPool is how many candidates in the band per namespace
 // NearMisses ranks.
-const nearMissPool = 16
+const nearMissPool = 8
 
-// rankNearMisses sorts candidates by their share of query's distinctive
-// content (see NearMisses), then by similarity.
-func rankNearMisses(query string, nms []NearMiss) {
+// rankNearMisses sorts candidates (keyToks[i] is nms[i].Key tokenized) by
+// their share of the query's distinctive content (see NearMisses), then by
+// similarity.
+func rankNearMisses(query []token, keyToks [][]token, nms []NearMiss) {
 	if len(nms) < 2 {
 		return
 	}
-	words := func(s string) map[string]bool {
-		m := map[string]bool{}
-		for _, t := range tokenize(s) {
-			if isContent(t) {
-				m[t.stem] = true
-			}
+	q := map[string]bool{}
+	for _, t := range query {
+		if isContent(t) {
+			q[t.stem] = true
 		}
-		return m
 	}
-	q := words(query)
+	// the query's content words each key holds (keys' other words do not
+	// count)
 	keys := make([]map[string]bool, len(nms))
 	df := map[string]int{}
-	for i := range nms {
-		keys[i] = words(nms[i].Key)
-		for w := range keys[i] {
-			if q[w] {
-				df[w]++
+	for i, kt := range keyToks {
+		keys[i] = map[string]bool{}
+		for _, t := range kt {
+			if q[t.stem] && isContent(t) && !keys[i][t.stem] {
+				keys[i][t.stem] = true
+				df[t.stem]++
 			}
 		}
 	}
@@ -207,9 +212,7 @@ func rankNearMisses(query string, nms []NearMiss) {
 	if total > 0 {
 		for i, kw := range keys {
 			for w := range kw {
-				if q[w] {
-					share[i] += idf(w)
-				}
+				share[i] += idf(w)
 			}
 			share[i] /= total
 		}
