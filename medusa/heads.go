@@ -423,6 +423,9 @@ func frequentTokens(dir string, cfg Config, V, limit int) ([]int32, error) {
 // [rows][Hidden]) into out, laid out [nHeads][rows][Rows()] (allocated when
 // too small; returned).
 func (h *Heads) Logits(hidden []float32, rows, nHeads int, out []float32) []float32 {
+	if h.Shared && nHeads > 1 {
+		return h.logitsShared(hidden, rows, nHeads, out) // heads_cpu.go
+	}
 	H, R := h.Hidden, h.Rows()
 	if len(out) < nHeads*rows*R {
 		out = make([]float32, nHeads*rows*R)
@@ -432,15 +435,7 @@ func (h *Heads) Logits(hidden []float32, rows, nHeads int, out []float32) []floa
 	for i := range nHeads {
 		copy(x, hidden[:rows*H])
 		for j := range h.layers {
-			h.w[i][j].MulT(h.threads, t, x, rows)
-			b := h.b[i][j]
-			for r := range rows {
-				xr, tr := x[r*H:(r+1)*H], t[r*H:(r+1)*H]
-				for k := range xr {
-					v := tr[k] + b[k]
-					xr[k] += v / (1 + float32(math.Exp(float64(-v))))
-				}
-			}
+			h.resBlock(i, j, x, t, rows)
 		}
 		h.proj[i].MulT(h.threads, out[i*rows*R:(i+1)*rows*R], x, rows)
 	}

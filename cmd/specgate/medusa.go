@@ -91,6 +91,8 @@ func medusaBenchModes(dir string, vocab int) []speculative.BenchMode {
 	}
 	return []speculative.BenchMode{
 		{Name: "medusa n=1", New: mk("1")},
+		{Name: "medusa n=2", New: mk("2")},
+		{Name: "medusa n=3", New: mk("3")},
 		{Name: "medusa n=4", New: mk("4")},
 		{Name: "medusa n=8", New: mk("8")},
 		{Name: "medusa n=16", New: mk("16")},
