@@ -175,9 +175,11 @@ func ModelDrafts(mc ModelConfig, otherModels []string, eo *engine.Options) (*Dra
 	// adaptive budget still spends only what pays).
 	eo.MaxDraft = max(eo.MaxDraft, dc.Budget)
 	if dc.Budget == 0 {
-		// 64: on a GPU a 64-token verification forward costs ~3x one
-		// token's (docs/device-notes.md), so an unchanged predicted file
-		// pays at that length; on the CPU the budget grants ~10.
+		// 64: on the H100 an exact 64-token tree step (the default
+		// verification path) costs 5.7x a one-token step, 484 vs 85 µs of
+		// device time (docs/cuda.md, round 6; cuBLAS FastVerify, not
+		// exact, ~3x), so an unchanged predicted file that keeps matching
+		// still pays at that length; on the CPU the budget grants ~10.
 		eo.MaxDraft = max(eo.MaxDraft, 64)
 	}
 	if on(dc.Answers) || on(dc.PromptLookup) {
