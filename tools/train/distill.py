@@ -9,14 +9,11 @@ usage: PYTHONUNBUFFERED=1 python3 tools/train/distill.py --corpus .corpus/pack/c
          --target models/specgate-target --draft models/specgate-draft --work /tmp/d [--steps 3000]
 Writes WORK/model (fp16 save_pretrained), WORK/distill.csv, WORK/distill_summary.json, WORK/distill.png.
 """
-import argparse, csv, json, math, os, random, subprocess, sys, time
-import numpy as np
+import argparse, csv, json, math, os, time
 import torch
 import torch.nn.functional as F
 from corpus import corpus_streams
 from transformers import GenerationConfig, LlamaForCausalLM
-
-RS = "\n\x1e\n"
 
 
 def main():

@@ -18,13 +18,12 @@ usage: PYTHONUNBUFFERED=1 python3 tools/train/distill_gen.py --gen /tmp/gen.pt -
          --target models/specgate-target --draft models/specgate-draft --work /tmp/d [--max-seconds 180]
 Writes WORK/<student>/ (fp16 model, tokenizer files, distill.csv, distill_summary.json, distill.png).
 """
-import argparse, csv, json, math, os, random, shutil, subprocess, sys, time
+import argparse, csv, json, math, os, shutil, sys, time
 import torch
 import torch.nn.functional as F
 from corpus import corpus_streams
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-RS = "\n\x1e\n"
 torch.backends.cuda.matmul.allow_tf32 = True
 
 
