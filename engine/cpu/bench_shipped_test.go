@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"os"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -130,6 +131,80 @@ func BenchmarkThreadPolicy(b *testing.B) {
 					b.ReportMetric(float64(cpuTime()-c0)/float64(b.N), "cpu-ns/op")
 				})
 			}
+		}
+	}
+}
+
+// BenchmarkForwardMix: the shipped target on one thread, chains of n = 1,
+// 2, 4 and 8 tokens at context 128, interleaved (one of each per round, as
+// bench engine's verification table does, without the engine around the
+// backend), each forward timed alone. It reports the 10th percentile and
+// the median per n and their ratios to n = 1: on a shared machine a
+// percentile of single forwards is less disturbed than a mean. Run it
+// pinned (taskset -c 1) and alternate binaries to compare two versions.
+func BenchmarkForwardMix(b *testing.B) {
+	dir := "../../models/specgate-target"
+	if _, err := os.Stat(dir); err != nil {
+		b.Skip(dir, " not present")
+	}
+	cfg, err := model.LoadConfig(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := model.LoadWeights(dir, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	be, err := New(cfg, w, 512, Options{Threads: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	slots := func(lo, n int) []int32 {
+		s := make([]int32, n)
+		for i := range s {
+			s[i] = int32(lo + i)
+		}
+		return s
+	}
+	ctx := make([]int32, 128)
+	for i := range ctx {
+		ctx[i] = int32(i*53%8000 + 5)
+	}
+	pre := &backend.ForwardRequest{Tokens: ctx, Positions: slots(0, 128), Slots: slots(0, 128), LogitsRows: []int32{}}
+	if err := be.Forward([]*backend.ForwardRequest{pre}); err != nil {
+		b.Fatal(err)
+	}
+	ns := []int{1, 2, 4, 8}
+	reqs := make([]*backend.ForwardRequest, len(ns))
+	for j, n := range ns {
+		toks, par := make([]int32, n), make([]int32, n)
+		for i := range toks {
+			toks[i], par[i] = int32(100+i), int32(i-1)
+		}
+		reqs[j] = &backend.ForwardRequest{CachedSlots: slots(0, 128), Tokens: toks, Positions: slots(128, n),
+			Slots: slots(128, n), Parents: par, Logits: make([]float32, n*cfg.VocabSize)}
+	}
+	d := make([][]float64, len(ns))
+	for b.Loop() {
+		for j := range ns {
+			t0 := time.Now()
+			if err := be.Forward(reqs[j : j+1]); err != nil {
+				b.Fatal(err)
+			}
+			d[j] = append(d[j], float64(time.Since(t0).Nanoseconds())/1e3)
+		}
+	}
+	q := func(v []float64, f float64) float64 {
+		s := slices.Clone(v)
+		slices.Sort(s)
+		return s[int(f*float64(len(s)-1))]
+	}
+	for j, n := range ns {
+		b.ReportMetric(q(d[j], 0.1), fmt.Sprintf("n%d-p10-us", n))
+		b.ReportMetric(q(d[j], 0.5), fmt.Sprintf("n%d-p50-us", n))
+		if n > 1 {
+			b.ReportMetric(q(d[j], 0.1)/q(d[0], 0.1), fmt.Sprintf("x%d-p10", n))
 		}
 	}
 }

@@ -257,11 +257,53 @@ func rmsNorm(out, x, w []float32, eps float64) {
 	for _, v := range x {
 		ss += float64(v) * float64(v)
 	}
+	rmsScale(out, x, w, ss, eps)
+}
+
+// rmsScale is rmsNorm after the sum of squares ss of x.
+func rmsScale(out, x, w []float32, ss, eps float64) {
 	variance := float32(ss / float64(len(x)))
 	r := float32(1 / math.Sqrt(float64(variance+float32(eps))))
+	out, w = out[:len(x)], w[:len(x)]
 	for i, v := range x {
 		out[i] = w[i] * (v * r)
 	}
+}
+
+// rmsNormRows is rmsNorm of each of the T rows of x ([T][len(w)]) into out,
+// with the same operations per row (each row's sum of squares is one
+// sequential float64 chain); four rows at a time keep four chains in
+// flight instead of waiting on one add's latency per element (an 8-row
+// pass 1.7 us instead of 3.0 us).
+func rmsNormRows(out, x, w []float32, T int, eps float64) {
+	H := len(w)
+	t := 0
+	for ; t+4 <= T; t += 4 {
+		var ss [4]float64
+		ss[0], ss[1], ss[2], ss[3] = sumSquares4(x[t*H:(t+4)*H], H)
+		for j := range 4 {
+			rmsScale(out[(t+j)*H:(t+j+1)*H], x[(t+j)*H:(t+j+1)*H], w, ss[j], eps)
+		}
+	}
+	for ; t < T; t++ {
+		rmsNorm(out[t*H:(t+1)*H], x[t*H:(t+1)*H], w, eps)
+	}
+}
+
+// sumSquares4 returns, for each of the 4 rows of x ([4][H]), the float64
+// sum of its squares in order, as rmsNorm accumulates it.
+func sumSquares4(x []float32, H int) (float64, float64, float64, float64) {
+	r0, r1, r2, r3 := x[:H], x[H:2*H], x[2*H:3*H], x[3*H:4*H]
+	r1, r2, r3 = r1[:len(r0)], r2[:len(r0)], r3[:len(r0)]
+	var s0, s1, s2, s3 float64
+	for k, v := range r0 {
+		a, b, c, d := float64(v), float64(r1[k]), float64(r2[k]), float64(r3[k])
+		s0 += a * a
+		s1 += b * b
+		s2 += c * c
+		s3 += d * d
+	}
+	return s0, s1, s2, s3
 }
 
 // addBias adds bias to every row of x ([rows][len(bias)]).
@@ -387,9 +429,7 @@ func (b *CPUBackend) Forward(reqs []*backend.ForwardRequest) error {
 
 	for l := range cfg.NumLayers {
 		cl := &b.layers[l]
-		for t := range T {
-			rmsNorm(s.h[t*H:(t+1)*H], s.x[t*H:(t+1)*H], cl.attnNorm, cfg.RMSNormEps)
-		}
+		rmsNormRows(s.h, s.x, cl.attnNorm, T, cfg.RMSNormEps)
 		matmulJobs(b.par, s.h, T, H, mmJob{s.q, &cl.q, Q}, mmJob{s.kk, &cl.k, KV}, mmJob{s.vv, &cl.v, KV})
 		if cl.bq != nil {
 			addBias(s.q[:T*Q], cl.bq)
@@ -408,9 +448,7 @@ func (b *CPUBackend) Forward(reqs []*backend.ForwardRequest) error {
 		b.attention(attn, s.q, s.att, kc, vc)
 		matmulJobs(b.par, s.att, T, Q, mmJob{s.o, &cl.o, H})
 		addTo(s.x[:T*H], s.o)
-		for t := range T {
-			rmsNorm(s.h[t*H:(t+1)*H], s.x[t*H:(t+1)*H], cl.mlpNorm, cfg.RMSNormEps)
-		}
+		rmsNormRows(s.h, s.x, cl.mlpNorm, T, cfg.RMSNormEps)
 		matmulJobs(b.par, s.h, T, H, mmJob{s.gate, &cl.gate, I}, mmJob{s.up, &cl.up, I})
 		siluMul(s.gate[:T*I], s.up[:T*I])
 		matmulJobs(b.par, s.gate, T, I, mmJob{s.o, &cl.down, H})
@@ -438,11 +476,9 @@ func (b *CPUBackend) Forward(reqs []*backend.ForwardRequest) error {
 	i, off := 0, 0
 	for _, r := range reqs {
 		if r.LogitsRows == nil {
-			for j := range r.Tokens {
-				t := off + j
-				rmsNorm(hn[i*H:(i+1)*H], s.x[t*H:(t+1)*H], b.norm, cfg.RMSNormEps)
-				i++
-			}
+			n := len(r.Tokens)
+			rmsNormRows(hn[i*H:(i+n)*H], s.x[off*H:(off+n)*H], b.norm, n, cfg.RMSNormEps)
+			i += n
 		} else {
 			for _, j := range r.LogitsRows {
 				t := off + int(j)
