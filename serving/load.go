@@ -112,6 +112,9 @@ func Load(mc ModelConfig, o Options) (*Model, error) {
 			return fail(fmt.Errorf("speculative: %w", err))
 		}
 		eo = d.EngineOptions(eo) // FixedDraft unless adaptive
+		// the draft model steps plain batches only (its chains are one
+		// token per step)
+		warmGraphs(log, mc, "draft", dm.Backend(), warmupPlan(mc, eo, dm.Config, false))
 	case "medusa":
 		p, err := medusa.New(m, medusa.Spec{Heads: mc.MedusaHeads(), Tree: mc.Speculative.Tree, VocabLimit: mc.Speculative.VocabLimit})
 		if err != nil {
@@ -132,6 +135,9 @@ func Load(mc ModelConfig, o Options) (*Model, error) {
 	if o.EngineOptions != nil {
 		o.EngineOptions(&eo)
 	}
+	// after medusa.New (its heads are loaded on the backend), before the
+	// engine takes requests
+	warmGraphs(log, mc, "target", m.Backend(), warmupPlan(mc, eo, m.Config, true))
 	eng := engine.New(m, eo)
 	out.closers = append(out.closers, func() { _ = eng.Close() })
 	out.Weights, out.Engine, out.Drafts, out.OnGPU = m, eng, drafts, onGPU

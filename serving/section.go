@@ -30,6 +30,12 @@ type ModelConfig struct {
 	DefaultMaxTokens int `yaml:"default_max_tokens"`
 	// Drafts configures the model-free draft sources (issue #11).
 	Drafts DraftsConfig `yaml:"drafts"`
+	// GraphWarmup captures the CUDA graphs of the step shapes the server
+	// uses (decode batches, tree steps of 2..64 tokens, draft heads) at
+	// load, before the first request (engine/cuda Warmup); default true
+	// (nil), false: captured at their second sighting while serving. The
+	// CPU backend has nothing to warm.
+	GraphWarmup *bool `yaml:"graph_warmup"`
 }
 
 // DraftsConfig configures a local model's model-free drafts: the tenant's

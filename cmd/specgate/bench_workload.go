@@ -217,6 +217,7 @@ func runBenchWorkload(args []string) error {
 	maxDraft := fs.Int("max-draft", 0, "in-process: the engine's per-request draft cap (0: what serve sets for drafts, 64)")
 	verbose = fs.Bool("v", false, "print every measured request")
 	fixed := fs.Bool("fixed", false, "in-process: verify every proposed node (engine FixedDraft) instead of the adaptive budget")
+	warmup := fs.Bool("graph-warmup", true, "in-process, cuda: capture the step shapes' CUDA graphs at start, as serve does (graph_warmup)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: specgate bench workload [--url URL | --backend cpu|cuda] [--n 12] [--reps 3] [--traces a,b,c]")
 		fmt.Fprintln(fs.Output(), "Per trace: warm-up requests, then each measured request twice, interleaved: plain (X-Specgate-Speculation: off,")
@@ -243,6 +244,7 @@ func runBenchWorkload(args []string) error {
 	ctx := context.Background()
 	results := map[string][]wlResult{}
 	var names []string
+	wlGraphWarmup = *warmup
 	for rep := range *reps {
 		base, stop := *url, func() {}
 		if base == "" {
@@ -421,6 +423,10 @@ func wlRun(ctx context.Context, base, key string, tr wlTrace, seed int) (wlResul
 	return res, nil
 }
 
+// wlGraphWarmup: wlServer's CUDA backend captures its graphs at start
+// (--graph-warmup).
+var wlGraphWarmup = true
+
 // wlServer starts an in-process gateway on a loopback port: the model on
 // backend ("cpu" or "cuda") with its model-free drafts (as serve configures
 // them), and a fresh in-memory semantic cache (lexical embedder, HNSW).
@@ -447,6 +453,10 @@ func wlServer(dir, name, backend string, maxDraft int, fixed bool) (string, func
 	eo.FixedDraft = fixed
 	if testEngineOptions != nil {
 		testEngineOptions(&eo)
+	}
+	if backend == "cuda" && wlGraphWarmup {
+		// as serving.Load does (progress on stderr)
+		serving.WarmupGraphs(slog.New(slog.NewTextHandler(os.Stderr, nil)), mc, "target", m.Backend(), eo, m.Config, true)
 	}
 	eng := engine.New(m, eo)
 	emb, err := cache.NewLexical(cache.DefaultLexicalDim)

@@ -200,8 +200,14 @@ func (b *Backend) forward(reqs []*engine.ForwardRequest, argOut []int32) error {
 	if len(reqs) == 0 {
 		return nil
 	}
+	return b.dev.Do(func(c *kernels.Ctx) error { return b.forwardOn(c, reqs, argOut) })
+}
+
+// forwardOn is forward on the device worker (warmup.go runs many steps in
+// one Do).
+func (b *Backend) forwardOn(c *kernels.Ctx, reqs []*engine.ForwardRequest, argOut []int32) error {
 	argmax := argOut != nil
-	return b.dev.Do(func(c *kernels.Ctx) error {
+	{
 		fb, err := b.flatten(reqs)
 		if err != nil {
 			return err
@@ -302,7 +308,7 @@ func (b *Backend) forward(reqs []*engine.ForwardRequest, argOut []int32) error {
 			copy(r.Logits, all[r0*V:r1*V])
 		}
 		return nil
-	})
+	}
 }
 
 // graphable: the whole step runs through GEMV kernels (no cuBLAS, no host
