@@ -116,6 +116,7 @@ func (c *Cache) NearMisses(ctx context.Context, req *Request, band float32, mode
 	var out []NearMiss
 	var keys [][]token // out[i]'s key, tokenized (for the guard and the ranking)
 	qt := tokenize(p.norm)
+	fetched := 0 // store reads so far: a remote store (Redis) pays a round trip for each
 	nss := append([]string{p.ns}, c.tenantNamespaces(req.Tenant, append([]string{req.Model}, models...), p.ns, maxNearMissNamespaces)...)
 	for _, ns := range nss {
 		ms, err := c.index.Search(ctx, ns, v, max(c.cfg.TopK, k, nearMissPool))
@@ -124,9 +125,10 @@ func (c *Cache) NearMisses(ctx context.Context, req *Request, band float32, mode
 		}
 		took := 0
 		for _, m := range ms {
-			if m.Score < band || took == max(k, nearMissPool) {
+			if m.Score < band || took == max(k, nearMissPool) || fetched == maxNearMissFetches {
 				break
 			}
+			fetched++
 			e, err := c.store.Get(ctx, ns, m.ID)
 			if errors.Is(err, ErrNotFound) {
 				continue
@@ -173,6 +175,12 @@ func (c *Cache) NearMisses(ctx context.Context, req *Request, band float32, mode
 // nearMissPool is how many candidates in the band per namespace
 // NearMisses ranks.
 const nearMissPool = 8
+
+// maxNearMissFetches bounds the store reads of one NearMisses call over all
+// namespaces (the request's own first, which keeps its whole pool). Without
+// it a tenant with 17 namespaces cost up to 17 × nearMissPool = 136 reads on
+// the time-to-first-token path of a miss: 136 round trips to a Redis store.
+const maxNearMissFetches = 3 * nearMissPool
 
 // rankNearMisses sorts candidates (keyToks[i] is nms[i].Key tokenized) by
 // their share of the query's distinctive content (see NearMisses), then by

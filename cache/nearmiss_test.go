@@ -3,7 +3,10 @@ package cache_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/specgate/specgate/cache"
 )
@@ -159,5 +162,42 @@ func TestNearMissSubjectFirst(t *testing.T) {
 	nm, ok, err := f.c.NearMiss(ctx, hit, 0.35, nil)
 	if err != nil || !ok || string(nm.Response) != "LUCID" || nm.Reason != cache.NearMissNoCache {
 		t.Fatalf("no-cache request: %+v ok=%v err=%v", nm, ok, err)
+	}
+}
+
+// TestNearMissesBoundedReads: a tenant with entries in band under 17
+// namespaces (one system prompt each) costs at most maxNearMissFetches (24)
+// store reads per NearMisses call, not 17 × 8 = 136 (hot tier off: the reads
+// of entries the hot tier has evicted), and still yields a near miss.
+func TestNearMissesBoundedReads(t *testing.T) {
+	cfg := cache.DefaultConfig()
+	cfg.HotBytes = -1 // every read goes to the store, as for entries the hot tier has evicted
+	c, store, _ := newCounting(t, cfg, time.Now)
+	ctx := context.Background()
+	req := func(sys int, text string) *cache.Request {
+		return &cache.Request{Tenant: "t", Model: "llama", System: fmt.Sprintf("You are helper number %d.", sys),
+			Messages: []cache.Message{{Role: "user", Content: text}}}
+	}
+	for sys := 0; sys < 17; sys++ {
+		for j := 0; j < 9; j++ {
+			q := fmt.Sprintf("How do I reverse a list in Python, case %d of %d?", j, sys)
+			if err := c.Put(ctx, req(sys, q), []byte(fmt.Sprintf("A%d.%d", sys, j)), 5); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	store.gets.Store(0)
+	q := req(0, "Python: reversing sequences, lists and strings, explained with examples for beginners")
+	nms, err := c.NearMisses(ctx, q, 0.05, nil, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := store.gets.Load(); n > 24 {
+		t.Fatalf("NearMisses read the store %d times, want at most 24", n)
+	} else {
+		t.Logf("%d store reads, %d near misses", n, len(nms))
+	}
+	if len(nms) != 1 || !strings.HasPrefix(string(nms[0].Response), "A") {
+		t.Fatalf("want one near miss, got %+v", nms)
 	}
 }
