@@ -25,9 +25,10 @@ type KnownConfig struct {
 
 func (c KnownConfig) withDefaults() KnownConfig {
 	if c.MaxDepth <= 0 {
-		// on a GPU a verification forward of 64 tokens costs ~3x one
-		// token's, so a draft that keeps matching (an unchanged file) pays
-		// at this depth; the engine's budget grants what pays.
+		// on a GPU an exact verification forward of 64 tokens costs ~5.7x
+		// one token's (docs/cuda.md round 6), so a draft that keeps
+		// matching (an unchanged file) pays at this depth; the engine's
+		// budget grants what pays.
 		c.MaxDepth = 64
 	}
 	if c.MaxMatch < 2 {
@@ -62,9 +63,8 @@ type Known struct {
 	// near misses and underpaid predictions. Keyed by tenant too, so that
 	// one tenant's bad predictions do not lower every tenant's prior; at
 	// most maxSrcRecords records, the least recently used evicted.
-	src  map[srcKey]*srcRecord
-	tick uint64 // advances on every record use (LRU order)
-	trie *trie  // reused by every Propose call (under mu)
+	src  records[srcKey]
+	trie *trie // reused by every Propose call (under mu)
 }
 
 // srcKey names a record: a tenant's draft source.
@@ -73,7 +73,7 @@ type srcKey struct{ tenant, src string }
 // srcRecord is a tenant's draft source's record over its requests.
 type srcRecord struct {
 	confirmed, rejects float64
-	used               uint64 // Known.tick when last recorded into
+	used               uint64 // records.tick when last recorded into
 }
 
 // maxSrcRecords bounds Known.src: tenants are client-chosen names.
@@ -90,48 +90,13 @@ const (
 // (confirmed + rejects)) over its requests, with knownPrior at weight
 // srcPriorWeight.
 func (k *Known) prior(tenant, src string) float64 {
-	r := k.src[srcKey{tenant, src}]
-	if r == nil {
-		return knownPrior
-	}
-	return (r.confirmed + knownPrior*srcPriorWeight) / (r.confirmed + r.rejects + srcPriorWeight)
+	p, _ := k.src.rate(srcKey{tenant, src}, knownPrior)
+	return p
 }
 
 // record adds a cursor's new confirmations and rejections to its source's record.
 func (k *Known) record(tenant, src string, confirmed, rejects int) {
-	if confirmed == 0 && rejects == 0 {
-		return
-	}
-	key := srcKey{tenant, src}
-	r := k.src[key]
-	if r == nil {
-		if len(k.src) >= maxSrcRecords {
-			k.evictSrc()
-		}
-		r = &srcRecord{}
-		k.src[key] = r
-	}
-	k.tick++
-	r.used = k.tick
-	r.confirmed += float64(confirmed)
-	r.rejects += float64(rejects)
-	if r.confirmed+r.rejects > srcDecayAt {
-		r.confirmed /= 2
-		r.rejects /= 2
-	}
-}
-
-// evictSrc drops the least recently used record.
-func (k *Known) evictSrc() {
-	var oldest srcKey
-	first := true
-	var at uint64
-	for key, r := range k.src {
-		if first || r.used < at {
-			oldest, at, first = key, r.used, false
-		}
-	}
-	delete(k.src, oldest)
+	k.src.add(srcKey{tenant, src}, confirmed, rejects)
 }
 
 type knownReq struct {
@@ -155,7 +120,7 @@ const knownPrior = 0.9
 
 // NewKnown returns a Known proposer.
 func NewKnown(cfg KnownConfig) *Known {
-	return &Known{cfg: cfg.withDefaults(), reqs: map[engine.RequestID]*knownReq{}, src: map[srcKey]*srcRecord{}}
+	return &Known{cfg: cfg.withDefaults(), reqs: map[engine.RequestID]*knownReq{}}
 }
 
 // Release implements engine.Proposer.

@@ -63,13 +63,13 @@ func TestKnownSourceRecordsBounded(t *testing.T) {
 			k.record("keep", SourcePrediction, 0, 1) // used again: recent
 		}
 	}
-	if n := len(k.src); n != maxSrcRecords {
+	if n := len(k.src.m); n != maxSrcRecords {
 		t.Errorf("%d records, want %d", n, maxSrcRecords)
 	}
-	if _, ok := k.src[srcKey{"t0", SourcePrediction}]; ok {
+	if _, ok := k.src.m[srcKey{"t0", SourcePrediction}]; ok {
 		t.Errorf("the least recently used record (t0) survived")
 	}
-	if _, ok := k.src[srcKey{fmt.Sprint("t", maxSrcRecords+99), SourcePrediction}]; !ok {
+	if _, ok := k.src.m[srcKey{fmt.Sprint("t", maxSrcRecords+99), SourcePrediction}]; !ok {
 		t.Errorf("the newest record was evicted")
 	}
 	if p := k.prior("keep", SourcePrediction); !(p < knownPrior-0.2) {

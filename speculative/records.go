@@ -1,47 +1,43 @@
 package speculative
 
-// tenantRecords are per-tenant continuation records of a draft source
-// (confirmed draft tokens against rejections, decayed), bounded to
-// maxSrcRecords tenants with the least recently used dropped: a new
-// request's prior. Only counts are kept, never text. Not safe for
-// concurrent use (the owner's lock).
-type tenantRecords struct {
-	m    map[string]*srcRecord
+// records are continuation records of draft sources (confirmed draft tokens
+// against rejections, decayed), keyed by tenant (Suffix) or by tenant and
+// source (Known), bounded to maxSrcRecords keys with the least recently
+// used dropped: a new request's prior. Only counts are kept, never text.
+// Not safe for concurrent use (the owner's lock).
+type records[K comparable] struct {
+	m    map[K]*srcRecord
 	tick uint64
 }
 
-// rate is the tenant's continuation rate with prior at weight
-// srcPriorWeight, and whether the tenant has a record.
-func (t *tenantRecords) rate(tenant string, prior float64) (float64, bool) {
-	r := t.m[tenant]
+// tenantRecords are a source's per-tenant records.
+type tenantRecords = records[string]
+
+// rate is key's continuation rate with prior at weight srcPriorWeight, and
+// whether key has a record.
+func (t *records[K]) rate(key K, prior float64) (float64, bool) {
+	r := t.m[key]
 	if r == nil {
 		return prior, false
 	}
 	return (r.confirmed + prior*srcPriorWeight) / (r.confirmed + r.rejects + srcPriorWeight), true
 }
 
-// add records a request's new confirmations and rejections.
-func (t *tenantRecords) add(tenant string, confirmed, rejects int) {
+// add records a request's new confirmations and rejections under key.
+func (t *records[K]) add(key K, confirmed, rejects int) {
 	if confirmed == 0 && rejects == 0 {
 		return
 	}
 	if t.m == nil {
-		t.m = map[string]*srcRecord{}
+		t.m = map[K]*srcRecord{}
 	}
-	r := t.m[tenant]
+	r := t.m[key]
 	if r == nil {
 		if len(t.m) >= maxSrcRecords {
-			var oldest string
-			first := true
-			for k, v := range t.m {
-				if first || v.used < t.m[oldest].used {
-					oldest, first = k, false
-				}
-			}
-			delete(t.m, oldest)
+			t.evict()
 		}
 		r = &srcRecord{}
-		t.m[tenant] = r
+		t.m[key] = r
 	}
 	t.tick++
 	r.used = t.tick
@@ -51,4 +47,17 @@ func (t *tenantRecords) add(tenant string, confirmed, rejects int) {
 		r.confirmed /= 2
 		r.rejects /= 2
 	}
+}
+
+// evict drops the least recently used record.
+func (t *records[K]) evict() {
+	var oldest K
+	first := true
+	var at uint64
+	for key, r := range t.m {
+		if first || r.used < at {
+			oldest, at, first = key, r.used, false
+		}
+	}
+	delete(t.m, oldest)
 }
