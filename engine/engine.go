@@ -46,8 +46,13 @@ type Options struct {
 	// engine's timings of its forwards (calibration and every step), so the
 	// adaptive budget decides the same way on a quiet and on a loaded
 	// machine: for tests of the budget's decisions, or a backend whose cost
-	// curve is known. Proposer calls are still timed.
+	// curve is known. Proposer calls are still timed (ProposeCost fixes them).
 	StepCost func(tokens int) time.Duration
+	// ProposeCost, when set, prices a proposer's call per depth level of
+	// its deepest proposal in place of the call's measured wall time, so
+	// that with StepCost or StepClassCost the budget's decisions do not
+	// depend on the machine's load at all (tests).
+	ProposeCost func() time.Duration
 	// StepClassCost, when set, replaces StepCost with a price per class of
 	// step: tree (the step verifies draft trees) and heads (it runs draft
 	// heads on the backend). The engine keeps one cost curve per class

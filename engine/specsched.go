@@ -644,7 +644,11 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 		if e.propCost[p] == nil {
 			e.propCost[p] = &costWindow{}
 		}
-		e.propCost[p].add(secs / float64(max(maxD, 1)))
+		perLevel := secs / float64(max(maxD, 1))
+		if e.opts.ProposeCost != nil {
+			perLevel = e.opts.ProposeCost().Seconds()
+		}
+		e.propCost[p].add(perLevel)
 	}
 	trees := map[*request]*Proposal{}
 	for _, r := range reqs {

@@ -19,6 +19,9 @@ func fixedStepCosts(t *testing.T) {
 		o.StepCost = func(T int) time.Duration {
 			return time.Duration(600*(1+0.13*float64(T-1))) * time.Microsecond
 		}
+		// a proposer's level at a tenth of a one-token step, so that a slow,
+		// loaded machine does not make the budget stop drafting
+		o.ProposeCost = func() time.Duration { return 60 * time.Microsecond }
 	}
 	t.Cleanup(func() { testEngineOptions = old })
 }
