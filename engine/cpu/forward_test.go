@@ -4,28 +4,14 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/specgate/specgate/internal/modeltest"
 )
 
 // testConfigs are small architectures covering GQA, MQA + tied embeddings,
-// both rope scalings, and Qwen2's QKV biases.
-func testConfigs() map[string]Config {
-	base := Config{HiddenSize: 48, IntermediateSize: 80, NumLayers: 2, NumHeads: 6, NumKVHeads: 2, HeadDim: 8,
-		RMSNormEps: 1e-5, RopeTheta: 10000, RopeScaling: RopeScaling{Type: RopeDefault}, MaxPositions: 256,
-		VocabSize: 61, BOS: 1, EOS: []int32{2}}
-	gqa := base
-	mqa := base
-	mqa.NumKVHeads = 1
-	mqa.TieWordEmbeddings = true
-	mqa.HeadDim = 16
-	lin := base
-	lin.RopeScaling = RopeScaling{Type: RopeLinear, Factor: 4}
-	l3 := base
-	l3.RopeTheta = 500000
-	l3.RopeScaling = RopeScaling{Type: RopeLlama3, Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 32}
-	qw := base
-	qw.Arch, qw.QKVBias = "Qwen2ForCausalLM", true
-	return map[string]Config{"gqa": gqa, "mqa-tied": mqa, "linear": lin, "llama3": l3, "qwen2-bias": qw}
-}
+// both rope scalings, and Qwen2's QKV biases (shared with the other
+// package's tests).
+func testConfigs() map[string]Config { return modeltest.Configs() }
 
 func TestRopeInvFreqAndRotation(t *testing.T) {
 	// head_dim 4, theta 10000: inv_freq = [1, 10000^-0.5 = 0.01].
