@@ -131,6 +131,14 @@ func Check(s Spec, hidden, vocab int) error {
 			want = []int64{int64(hidden), int64(hidden)}
 		case strings.HasSuffix(c, ".linear.bias"):
 			want = []int64{int64(hidden)}
+		case strings.HasSuffix(c, ".linear.weight_scale"):
+			want = []int64{int64(hidden)} // int8 block weights' per-row scales
+		case strings.HasSuffix(c, ".weight_scale"):
+			rows := vocab
+			if cfg.Specgate.HeadVocab > 0 {
+				rows = cfg.Specgate.HeadVocab
+			}
+			want = []int64{int64(rows)} // int8 projection's per-row scales
 		case strings.HasSuffix(c, ".weight"):
 			rows := vocab
 			if cfg.Specgate.HeadVocab > 0 {

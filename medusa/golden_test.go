@@ -203,9 +203,15 @@ func TestHiddenMismatchFromWeights(t *testing.T) {
 // most frequent tokens (FR-Spec, what tools/train/medusa.py's f<L> variants
 // ship). The golden's "ids" (the token of every projection row) were picked
 // by tools/medusa_golden.py from the same token_frequency.json, on its own.
-func TestGoldenFRSpec(t *testing.T) {
+func TestGoldenFRSpec(t *testing.T) { checkFRSpecGolden(t, "testdata/golden/frspec") }
+
+// TestGoldenInt8: FR-Spec heads whose 2-D weights PyTorch quantized to I8
+// with per-row scales (tools/medusa_golden.py int8; one all-zero row with
+// scale 0); the golden logits are the dequantized heads' in float64.
+func TestGoldenInt8(t *testing.T) { checkFRSpecGolden(t, "testdata/golden/int8") }
+
+func checkFRSpecGolden(t *testing.T, dir string) {
 	base := goldenBase(t)
-	dir := "testdata/golden/frspec"
 	hidden, want, shape := readGolden(t, dir)
 	f, err := safetensors.Open(filepath.Join(dir, "golden.safetensors"))
 	if err != nil {

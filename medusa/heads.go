@@ -22,6 +22,9 @@
 // in token-id order (what tools/train/medusa.py's f<L> variants write);
 //
 // optionally prefixed "medusa_head." (a whole MedusaModel's state dict).
+// Any 2-D weight may be stored as I8 with a per-row float scale tensor
+// "<name>_scale" [rows] (w = q * scale[row]; specgate's own int8 layout,
+// written by QuantizeInt8): dequantized at load.
 // Without the final Linear (the reference's first layout) the heads share the
 // base model's lm_head, which is also what LoadOptions.ShareLMHead forces.
 // medusa_lm_head.pt (a PyTorch pickle, the reference's other format) is not
@@ -196,8 +199,16 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 		}
 		layer, field, _ := strings.Cut(rest, ".")
 		li, err := strconv.Atoi(layer)
-		if err != nil || li < 0 || li > L || (li < L && field != "linear.weight" && field != "linear.bias") || (li == L && field != "weight") {
+		if err != nil || li < 0 || li > L || (li < L && field != "linear.weight" && field != "linear.bias" && field != "linear.weight_scale") ||
+			(li == L && field != "weight" && field != "weight_scale") {
 			return nil, fmt.Errorf("%s: tensor %q: not a parameter of %d heads x %d layers (medusa_num_layers in %s): %w", wPath, n, cfg.NumHeads, L, cfgPath, ErrFormat)
+		}
+	}
+	for _, c := range canon {
+		if base, ok := strings.CutSuffix(c, "_scale"); ok {
+			if _, has := names[base]; !has {
+				return nil, fmt.Errorf("%s: tensor %q: a scale without its weight %q: %w", wPath, names[c], base, ErrFormat)
+			}
 		}
 	}
 	read := func(c string, shape []int64) ([]float32, error) {
@@ -206,8 +217,15 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 			return nil, fmt.Errorf("%s: tensor %q: missing (%d heads x %d layers in %s): %w", wPath, c, cfg.NumHeads, L, cfgPath, ErrFormat)
 		}
 		info, _ := set.Info(n)
-		if !info.DType.Float() {
-			return nil, fmt.Errorf("%s: tensor %q: dtype %s unsupported (want F32, F16 or BF16): %w", wPath, n, info.DType, ErrFormat)
+		scaleName, hasScale := names[c+"_scale"]
+		if info.DType == safetensors.I8 {
+			if !hasScale || len(shape) != 2 {
+				return nil, fmt.Errorf("%s: tensor %q: dtype I8 needs a per-row scale tensor %q [%d] (int8 weights: row r = int8 values x scale[r]): %w", wPath, n, c+"_scale", shape[0], ErrFormat)
+			}
+		} else if !info.DType.Float() {
+			return nil, fmt.Errorf("%s: tensor %q: dtype %s unsupported (want F32, F16, BF16, or I8 with a %q tensor): %w", wPath, n, info.DType, c+"_scale", ErrFormat)
+		} else if hasScale {
+			return nil, fmt.Errorf("%s: tensor %q: a scale tensor %q for a %s weight (scales go with I8 weights only): %w", wPath, scaleName, scaleName, info.DType, ErrFormat)
 		}
 		if len(info.Shape) != len(shape) || !sameShape(info.Shape, shape) {
 			err := ErrFormat
@@ -216,9 +234,16 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 			}
 			return nil, fmt.Errorf("%s: tensor %q: shape %v, want %v for target hidden_size %d, vocab_size %d: %w", wPath, n, info.Shape, shape, H, V, err)
 		}
-		buf := make([]float32, info.NumElements())
-		if err := set.ReadFloat32Into(n, buf); err != nil {
-			return nil, fmt.Errorf("%s: tensor %q: %w: %w", wPath, n, ErrFormat, err)
+		var buf []float32
+		if info.DType == safetensors.I8 {
+			if buf, err = readInt8Rows(set, wPath, n, scaleName, shape); err != nil {
+				return nil, err
+			}
+		} else {
+			buf = make([]float32, info.NumElements())
+			if err := set.ReadFloat32Into(n, buf); err != nil {
+				return nil, fmt.Errorf("%s: tensor %q: %w: %w", wPath, n, ErrFormat, err)
+			}
 		}
 		for i, v := range buf {
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
@@ -337,6 +362,34 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 		}
 	}
 	return h, nil
+}
+
+// readInt8Rows dequantizes an I8 weight [rows][cols] with its per-row scale
+// tensor (F32, F16 or BF16, shape [rows]): w[r][c] = q[r][c] * scale[r].
+func readInt8Rows(set *safetensors.File, file, name, scaleName string, shape []int64) ([]float32, error) {
+	sinfo, _ := set.Info(scaleName)
+	if !sinfo.DType.Float() || len(sinfo.Shape) != 1 || sinfo.Shape[0] != shape[0] {
+		return nil, fmt.Errorf("%s: tensor %q: dtype %s shape %v, want a float vector of %d per-row scales for %q: %w", file, scaleName, sinfo.DType, sinfo.Shape, shape[0], name, ErrFormat)
+	}
+	scale, _, err := set.ReadFloat32(scaleName)
+	if err != nil {
+		return nil, fmt.Errorf("%s: tensor %q: %w: %w", file, scaleName, ErrFormat, err)
+	}
+	q, err := set.ReadRaw(name)
+	if err != nil {
+		return nil, fmt.Errorf("%s: tensor %q: %w: %w", file, name, ErrFormat, err)
+	}
+	cols := int(shape[1])
+	out := make([]float32, len(q))
+	for r, s := range scale {
+		if s < 0 || math.IsNaN(float64(s)) || math.IsInf(float64(s), 0) {
+			return nil, fmt.Errorf("%s: tensor %q: scale %d is %v (want finite, >= 0): %w", file, scaleName, r, s, ErrFormat)
+		}
+		for c := range cols {
+			out[r*cols+c] = float32(int8(q[r*cols+c])) * s
+		}
+	}
+	return out, nil
 }
 
 func sameShape(a, b []int64) bool {

@@ -21,7 +21,13 @@ Cases:
            token_frequency.json (FR-Spec; ties by lower id, rows in id order: specgate's
            head_vocab), float16 weights; golden.safetensors also holds "ids" (the token of every
            projection row, as float32), picked here independently of the Go loader.
-  `--only frspec` writes just that case (the others stay byte-identical when all are written).
+  int8/    FR-Spec heads as frspec/ (3 heads x 2 distinct blocks, 40 rows) with every 2-D weight
+           quantized here by PyTorch to I8 with a per-row F32 scale "<name>_scale" (symmetric,
+           scale = max|row| / 127, q = round(w / scale); one all-zero projection row: scale 0);
+           biases F16; logits of the dequantized weights in float64 (what specgate's loader reads:
+           medusa/heads.go, medusa.QuantizeInt8).
+  `--only frspec` / `--only int8` writes just that case (the others stay byte-identical when all
+  are written).
 """
 import json, os, sys
 import torch
@@ -132,9 +138,54 @@ def frspec(out):
     print("frspec golden written to", d)
 
 
+def int8(out):
+    """Int8 FR-Spec heads: PyTorch quantizes (per row, symmetric) and computes the reference
+    logits from the dequantized weights."""
+    g = torch.Generator().manual_seed(8118)
+    N, K, L = 40, 3, 2
+    counts = [int(x) for x in torch.randint(0, 9, (V,), generator=g)]
+    m = nn.ModuleList([nn.Sequential(*[ResBlock(H) for _ in range(L)], nn.Linear(H, N, bias=False)) for _ in range(K)])
+    randomize(m, g)
+    with torch.no_grad():
+        m[1][L].weight[7].zero_()  # an all-zero row: scale 0
+    d = os.path.join(out, "int8")
+    os.makedirs(d, exist_ok=True)
+    sd, deq = {}, {}
+    for k, v in m.state_dict().items():
+        v = v.detach().float()
+        if v.dim() == 2:
+            amax = v.abs().amax(1)
+            scale = amax / 127
+            q = torch.where(scale[:, None] > 0, torch.round(v / scale.clamp(min=1e-30)[:, None]), torch.zeros_like(v))
+            q = q.clamp(-127, 127).to(torch.int8)
+            sd[k] = q.contiguous()
+            sd[k + "_scale"] = scale.float().contiguous()
+            deq[k] = q.to(torch.float64) * scale.to(torch.float64)[:, None]
+        else:
+            sd[k] = v.to(torch.float16).contiguous()
+            deq[k] = sd[k].to(torch.float64)
+    save_file(sd, os.path.join(d, "medusa_lm_head.safetensors"))
+    json.dump({"medusa_num_heads": K, "medusa_num_layers": L, "base_model_name_or_path": "../base",
+               "specgate": {"token_frequency": "token_frequency.json", "head_vocab": N}},
+              open(os.path.join(d, "config.json"), "w"), indent=2)
+    json.dump({"counts": counts}, open(os.path.join(d, "token_frequency.json"), "w"))
+    m64 = m.to(torch.float64)
+    m64.load_state_dict(deq)
+    hidden = torch.randn(5, H, generator=g) * 1.5
+    with torch.no_grad():
+        logits = torch.stack([m64[i](hidden.to(torch.float64)) for i in range(K)])
+    ids = sorted(sorted(range(V), key=lambda i: (-counts[i], i))[:N])
+    save_file({"hidden": hidden.float().contiguous(), "logits": logits.float().contiguous(),
+               "ids": torch.tensor(ids, dtype=torch.float32)}, os.path.join(d, "golden.safetensors"))
+    print("int8 golden written to", d)
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[2:] == ["--only", "frspec"]:
         frspec(sys.argv[1])
+    elif len(sys.argv) > 2 and sys.argv[2:] == ["--only", "int8"]:
+        int8(sys.argv[1])
     else:
         main()
         frspec(sys.argv[1])
+        int8(sys.argv[1])

@@ -1,0 +1,169 @@
+package medusa
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/specgate/specgate/safetensors"
+)
+
+// QuantizeInt8 writes the heads directory dir to out with every 2-D weight
+// (the blocks' [H][H] and the vocabulary projections) stored as I8 with a
+// per-row F32 scale tensor "<name>_scale" (symmetric: scale = max|row| / 127,
+// q = round(w / scale)); biases keep their dtype. Load reads that layout
+// (heads.go). rows > 0 also cuts FR-Spec projections (specgate.head_vocab)
+// to the rows most frequent tokens of the directory's token_frequency file
+// (what LoadOptions.VocabLimit does at load time) and sets head_vocab to
+// rows. config.json (other keys kept) and the token_frequency file are
+// copied. It returns the largest |dequantized - original| over all weights
+// relative to their row's max |w| (at most 1/254 by construction).
+func QuantizeInt8(dir, out string, rows int) (worst float64, err error) {
+	cfgPath := filepath.Join(dir, ConfigFile)
+	raw, err := os.ReadFile(cfgPath)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrFormat, err)
+	}
+	cfg, err := ParseConfig(raw, cfgPath)
+	if err != nil {
+		return 0, err
+	}
+	var keep []int // projection rows kept (indices into the file's rows); nil: all
+	if rows > 0 {
+		HV := cfg.Specgate.HeadVocab
+		if HV == 0 {
+			return 0, fmt.Errorf("%s: rows %d needs FR-Spec projections (specgate.head_vocab): %w", cfgPath, rows, ErrFormat)
+		}
+		if rows > HV {
+			return 0, fmt.Errorf("%s: rows %d > specgate.head_vocab %d: %w", cfgPath, rows, HV, ErrFormat)
+		}
+		V := cfg.VocabSize
+		if V == 0 { // the vocabulary is the frequency file's length
+			var f struct {
+				Counts []int64 `json:"counts"`
+			}
+			b, err := os.ReadFile(filepath.Join(dir, filepath.Clean("/" + cfg.Specgate.TokenFrequency)[1:]))
+			if err == nil {
+				err = json.Unmarshal(b, &f)
+			}
+			if err != nil {
+				return 0, fmt.Errorf("%w: %w", ErrFormat, err)
+			}
+			V = len(f.Counts)
+		}
+		all, err := frequentTokens(dir, cfg, V, HV)
+		if err != nil {
+			return 0, err
+		}
+		sub, err := frequentTokens(dir, cfg, V, rows)
+		if err != nil {
+			return 0, err
+		}
+		for _, id := range sub {
+			r, ok := slices.BinarySearch(all, id)
+			if !ok {
+				return 0, fmt.Errorf("%s: token %d of the %d most frequent is not among the %d: %w", cfgPath, id, rows, HV, ErrFormat)
+			}
+			keep = append(keep, r)
+		}
+	}
+	wPath := filepath.Join(dir, WeightsFile)
+	set, err := safetensors.Open(wPath)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrFormat, err)
+	}
+	defer set.Close()
+	var ts []safetensors.Tensor
+	for _, n := range set.Names() {
+		info, _ := set.Info(n)
+		if strings.HasSuffix(n, "_scale") || info.DType == safetensors.I8 {
+			return 0, fmt.Errorf("%s: tensor %q: already quantized: %w", wPath, n, ErrFormat)
+		}
+		if len(info.Shape) != 2 {
+			b, err := set.ReadRaw(n)
+			if err != nil {
+				return 0, fmt.Errorf("%s: tensor %q: %w", wPath, n, err)
+			}
+			ts = append(ts, safetensors.Tensor{Name: n, DType: info.DType, Shape: info.Shape, Data: b})
+			continue
+		}
+		w, shape, err := set.ReadFloat32(n)
+		if err != nil {
+			return 0, fmt.Errorf("%s: tensor %q: %w", wPath, n, err)
+		}
+		R, C := int(shape[0]), int(shape[1])
+		if keep != nil && !strings.HasSuffix(n, ".linear.weight") {
+			if R != cfg.Specgate.HeadVocab {
+				return 0, fmt.Errorf("%s: tensor %q: %d rows, specgate.head_vocab %d: %w", wPath, n, R, cfg.Specgate.HeadVocab, ErrFormat)
+			}
+			cut := make([]float32, 0, len(keep)*C)
+			for _, r := range keep {
+				cut = append(cut, w[r*C:(r+1)*C]...)
+			}
+			w, R = cut, len(keep)
+		}
+		q := make([]byte, R*C)
+		scale := make([]float32, R)
+		for r := range R {
+			row := w[r*C : (r+1)*C]
+			m := float32(0)
+			for _, v := range row {
+				m = max(m, float32(math.Abs(float64(v))))
+			}
+			if m == 0 {
+				continue
+			}
+			s := m / 127
+			scale[r] = s
+			for c, v := range row {
+				x := math.Round(float64(v / s))
+				x = max(-127, min(127, x))
+				q[r*C+c] = byte(int8(x))
+				worst = max(worst, math.Abs(float64(float32(int8(x))*s-v))/float64(m))
+			}
+		}
+		ts = append(ts, safetensors.Tensor{Name: n, DType: safetensors.I8, Shape: []int64{int64(R), int64(C)}, Data: q},
+			safetensors.Tensor{Name: n + "_scale", DType: safetensors.F32, Shape: []int64{int64(R)}, Data: safetensors.EncodeF32(scale)})
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return 0, err
+	}
+	if err := safetensors.Write(filepath.Join(out, WeightsFile), ts, map[string]string{"format": "pt", "quantization": "int8 per-row symmetric, scale = max|row|/127"}); err != nil {
+		return 0, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return 0, fmt.Errorf("%s: %w: %w", cfgPath, ErrFormat, err)
+	}
+	sg, _ := m["specgate"].(map[string]any)
+	if sg == nil {
+		sg = map[string]any{}
+		m["specgate"] = sg
+	}
+	if rows > 0 {
+		sg["head_vocab"] = rows
+	}
+	sg["quantization"] = "int8 per-row (weights I8, <name>_scale F32)"
+	cb, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return 0, err
+	}
+	if err := os.WriteFile(filepath.Join(out, ConfigFile), append(cb, '\n'), 0o644); err != nil {
+		return 0, err
+	}
+	if tf := cfg.Specgate.TokenFrequency; tf != "" {
+		src := filepath.Join(dir, filepath.Clean("/" + tf)[1:])
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %w", ErrFormat, err)
+		}
+		if err := os.WriteFile(filepath.Join(out, filepath.Clean("/" + tf)[1:]), b, 0o644); err != nil {
+			return 0, err
+		}
+	}
+	return worst, nil
+}
