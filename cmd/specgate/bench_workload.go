@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strings"
@@ -147,7 +148,50 @@ type wlReply struct {
 	spec       *gateway.SpeculativeUsage
 	xcache     string
 	dur        time.Duration
+	bd         wlBreakdown // where the request's time went (in-process servers)
 }
+
+// wlBreakdown is one request's share of the in-process engine's counters
+// (requests run one at a time, so the deltas around a request are its own):
+// scheduler steps, host time inside steps (of it: proposing, forwards),
+// graphs captured and replayed, and with --device-times the device time of
+// its forwards. The rest of the request's wall time is outside the engine's
+// steps: HTTP, the gateway's work before and after generation (cache,
+// tokenization, drafts), and the hand-offs between steps.
+type wlBreakdown struct {
+	steps, graphs, replays         int64
+	step, propose, forward, device time.Duration
+}
+
+func (b *wlBreakdown) add(o wlBreakdown) {
+	b.steps += o.steps
+	b.graphs += o.graphs
+	b.replays += o.replays
+	b.step += o.step
+	b.propose += o.propose
+	b.forward += o.forward
+	b.device += o.device
+}
+
+// line formats b over n requests of total wall time wall: per request,
+// milliseconds.
+func (b wlBreakdown) line(wall time.Duration, n int) string {
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(max(n, 1)) }
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(max(b.steps, 1)) }
+	dev := "-"
+	if b.device > 0 {
+		dev = fmt.Sprintf("%.3f ms (%.0f µs/step)", ms(b.device), per(b.device))
+	}
+	return fmt.Sprintf("wall %.3f ms = outside steps %.3f + steps %.3f (%.1f steps, %.0f µs/step: propose %.0f, forward %.0f, rest %.0f); device %s; graphs +%.1f, replays %.1f",
+		ms(wall), ms(wall-b.step), ms(b.step), float64(b.steps)/float64(max(n, 1)), per(b.step), per(b.propose), per(b.forward),
+		per(b.step-b.propose-b.forward), dev, float64(b.graphs)/float64(max(n, 1)), float64(b.replays)/float64(max(n, 1)))
+}
+
+// wlProbe snapshots the in-process server's counters (nil: a remote server).
+var wlProbe func() wlBreakdown
+
+// wlDeviceTimes: --device-times (cuda.Options.TimeSteps in the in-process server).
+var wlDeviceTimes bool
 
 func wlPost(ctx context.Context, url, key string, r wlRequest, hdr map[string]string) (wlReply, error) {
 	b, _ := json.Marshal(r.body)
@@ -162,6 +206,10 @@ func wlPost(ctx context.Context, url, key string, r wlRequest, hdr map[string]st
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
+	var before wlBreakdown
+	if wlProbe != nil {
+		before = wlProbe()
+	}
 	t0 := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -170,6 +218,13 @@ func wlPost(ctx context.Context, url, key string, r wlRequest, hdr map[string]st
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	dur := time.Since(t0)
+	var bd wlBreakdown
+	if wlProbe != nil {
+		after := wlProbe()
+		bd = wlBreakdown{steps: after.steps - before.steps, graphs: after.graphs - before.graphs, replays: after.replays - before.replays,
+			step: after.step - before.step, propose: after.propose - before.propose, forward: after.forward - before.forward,
+			device: after.device - before.device}
+	}
 	if err != nil {
 		return wlReply{}, err
 	}
@@ -189,7 +244,7 @@ func wlPost(ctx context.Context, url, key string, r wlRequest, hdr map[string]st
 		return wlReply{}, fmt.Errorf("%s: bad body %.200s: %v", r.path, body, err)
 	}
 	text := out.Choices[0].Message.Content + out.Choices[0].Text
-	return wlReply{text: text, completion: out.Usage.CompletionTokens, spec: out.Usage.Speculative, xcache: resp.Header.Get("X-Cache"), dur: dur}, nil
+	return wlReply{text: text, completion: out.Usage.CompletionTokens, spec: out.Usage.Speculative, xcache: resp.Header.Get("X-Cache"), dur: dur, bd: bd}, nil
 }
 
 // wlResult sums one trace over one repetition.
@@ -202,6 +257,7 @@ type wlResult struct {
 	bySource           map[string]gateway.SpeculativeSource
 	nearMiss, wouldHit int
 	mismatches         int
+	bdPlain, bdDrafts  wlBreakdown
 }
 
 func runBenchWorkload(args []string) error {
@@ -217,6 +273,8 @@ func runBenchWorkload(args []string) error {
 	maxDraft := fs.Int("max-draft", 0, "in-process: the engine's per-request draft cap (0: what serve sets for drafts, 64)")
 	verbose = fs.Bool("v", false, "print every measured request")
 	fixed := fs.Bool("fixed", false, "in-process: verify every proposed node (engine FixedDraft) instead of the adaptive budget")
+	devTimes := fs.Bool("device-times", false, "in-process, cuda: record each forward's device time (cuda TimeSteps) for the per-request breakdown")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	warmup := fs.Bool("graph-warmup", true, "in-process, cuda: capture the step shapes' CUDA graphs at start, as serve does (graph_warmup)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: specgate bench workload [--url URL | --backend cpu|cuda] [--n 12] [--reps 3] [--traces a,b,c]")
@@ -245,6 +303,18 @@ func runBenchWorkload(args []string) error {
 	results := map[string][]wlResult{}
 	var names []string
 	wlGraphWarmup = *warmup
+	wlDeviceTimes = *devTimes
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	for rep := range *reps {
 		base, stop := *url, func() {}
 		if base == "" {
@@ -315,6 +385,22 @@ func runBenchWorkload(args []string) error {
 		}
 	}
 	tw.Flush()
+	if wlProbe != nil {
+		fmt.Println("where the time went, per request (all repetitions; host time of the engine's steps, device time with --device-times):")
+		for _, name := range names {
+			var bp, bdr wlBreakdown
+			var wp, wd time.Duration
+			n := 0
+			for _, x := range results[name] {
+				bp.add(x.bdPlain)
+				bdr.add(x.bdDrafts)
+				wp += x.plain
+				wd += x.drafts
+				n += x.reqs
+			}
+			fmt.Printf("  %-10s plain  %s\n  %-10s drafts %s\n", name, bp.line(wp, n), "", bdr.line(wd, n))
+		}
+	}
 	fmt.Println("tau = completion tokens after the first / target decode steps (drafts run); speedup = plain time / drafts time, same requests,")
 	fmt.Println("each pair interleaved; draft steps = verification steps with a draft (first repetition); nodes/step and accepted/step = draft")
 	fmt.Println("nodes the engine's budget granted and verified, and of them accepted, per draft step (all repetitions);")
@@ -397,7 +483,12 @@ func wlRun(ctx context.Context, base, key string, tr wlTrace, seed int) (wlResul
 			}
 			fmt.Fprintf(os.Stderr, "  %s %2d: %3d tokens, plain %6.1f ms, drafts %6.1f ms (%.2fx), accepted %d %v\n", tr.name, i, d.completion,
 				float64(p.dur.Microseconds())/1000, float64(d.dur.Microseconds())/1000, float64(p.dur)/float64(d.dur), acc, d.spec)
+			if wlProbe != nil {
+				fmt.Fprintf(os.Stderr, "      plain  %s\n      drafts %s\n", p.bd.line(p.dur, 1), d.bd.line(d.dur, 1))
+			}
 		}
+		res.bdPlain.add(p.bd)
+		res.bdDrafts.add(d.bd)
 		res.reqs++
 		res.tokens += d.completion
 		res.plain += p.dur
@@ -434,7 +525,7 @@ func wlServer(dir, name, backend string, maxDraft int, fixed bool) (string, func
 	lo := engine.LoadOptions{}
 	eo := engine.Options{}
 	if backend == "cuda" {
-		lo.NewBackend = cuda.Factory(cuda.Options{}.WithEnv(os.Getenv))
+		lo.NewBackend = cuda.Factory(cuda.Options{TimeSteps: wlDeviceTimes}.WithEnv(os.Getenv))
 		eo.DecodeSteps = 8 // as serve sets it on the GPU
 	}
 	m, err := engine.Load(dir, lo)
@@ -459,6 +550,22 @@ func wlServer(dir, name, backend string, maxDraft int, fixed bool) (string, func
 		serving.WarmupGraphs(slog.New(slog.NewTextHandler(os.Stderr, nil)), mc, "target", m.Backend(), eo, m.Config, true)
 	}
 	eng := engine.New(m, eo)
+	var devSum time.Duration
+	wlProbe = func() wlBreakdown {
+		st := eng.Stats()
+		b := wlBreakdown{steps: st.Steps, step: st.StepTime, propose: st.ProposeTime, forward: st.ForwardTime}
+		if gs, ok := m.Backend().(interface{ Stats() (int, int) }); ok {
+			g, r := gs.Stats()
+			b.graphs, b.replays = int64(g), int64(r)
+		}
+		if ts, ok := m.Backend().(interface{ StepTimes() []float64 }); ok && wlDeviceTimes {
+			for _, s := range ts.StepTimes() {
+				devSum += time.Duration(s * 1e9)
+			}
+		}
+		b.device = devSum
+		return b
+	}
 	emb, err := cache.NewLexical(cache.DefaultLexicalDim)
 	if err != nil {
 		return "", nil, err
