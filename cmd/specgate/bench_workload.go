@@ -161,6 +161,11 @@ type wlReply struct {
 type wlBreakdown struct {
 	steps, graphs, replays         int64
 	step, propose, forward, device time.Duration
+	// pre: from the request's send to the engine's Generate call (HTTP,
+	// the gateway's cache lookup, tokenization, drafts); post: from
+	// Generate's return to the response read (rendering, the cache
+	// store, HTTP); gen: inside Generate.
+	pre, gen, post time.Duration
 }
 
 func (b *wlBreakdown) add(o wlBreakdown) {
@@ -171,7 +176,26 @@ func (b *wlBreakdown) add(o wlBreakdown) {
 	b.propose += o.propose
 	b.forward += o.forward
 	b.device += o.device
+	b.pre += o.pre
+	b.gen += o.gen
+	b.post += o.post
 }
+
+// wlTimedGen records when the in-process engine's Generate was entered
+// and returned (requests run one at a time).
+type wlTimedGen struct {
+	g           engine.Generator
+	enter, exit time.Time
+}
+
+func (t *wlTimedGen) Generate(ctx context.Context, req engine.GenerateRequest, emit func(engine.Chunk) error) (engine.Result, error) {
+	t.enter = time.Now()
+	defer func() { t.exit = time.Now() }()
+	return t.g.Generate(ctx, req, emit)
+}
+
+// wlGen is the current in-process server's timed generator (nil: remote).
+var wlGen *wlTimedGen
 
 // line formats b over n requests of total wall time wall: per request,
 // milliseconds.
@@ -182,8 +206,8 @@ func (b wlBreakdown) line(wall time.Duration, n int) string {
 	if b.device > 0 {
 		dev = fmt.Sprintf("%.3f ms (%.0f µs/step)", ms(b.device), per(b.device))
 	}
-	return fmt.Sprintf("wall %.3f ms = outside steps %.3f + steps %.3f (%.1f steps, %.0f µs/step: propose %.0f, forward %.0f, rest %.0f); device %s; graphs +%.1f, replays %.1f",
-		ms(wall), ms(wall-b.step), ms(b.step), float64(b.steps)/float64(max(n, 1)), per(b.step), per(b.propose), per(b.forward),
+	return fmt.Sprintf("wall %.3f ms = before Generate %.3f + Generate %.3f (steps %.3f, between steps %.3f) + after %.3f; %.1f steps, %.0f µs/step: propose %.0f, forward %.0f, rest %.0f; device %s; graphs +%.1f, replays %.1f",
+		ms(wall), ms(b.pre), ms(b.gen), ms(b.step), ms(b.gen-b.step), ms(b.post), float64(b.steps)/float64(max(n, 1)), per(b.step), per(b.propose), per(b.forward),
 		per(b.step-b.propose-b.forward), dev, float64(b.graphs)/float64(max(n, 1)), float64(b.replays)/float64(max(n, 1)))
 }
 
@@ -217,13 +241,17 @@ func wlPost(ctx context.Context, url, key string, r wlRequest, hdr map[string]st
 	}
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	dur := time.Since(t0)
+	t1 := time.Now()
+	dur := t1.Sub(t0)
 	var bd wlBreakdown
 	if wlProbe != nil {
 		after := wlProbe()
 		bd = wlBreakdown{steps: after.steps - before.steps, graphs: after.graphs - before.graphs, replays: after.replays - before.replays,
 			step: after.step - before.step, propose: after.propose - before.propose, forward: after.forward - before.forward,
 			device: after.device - before.device}
+		if g := wlGen; g != nil && g.enter.After(t0) && g.exit.After(g.enter) && t1.After(g.exit) {
+			bd.pre, bd.gen, bd.post = g.enter.Sub(t0), g.exit.Sub(g.enter), t1.Sub(g.exit)
+		}
 	}
 	if err != nil {
 		return wlReply{}, err
@@ -550,6 +578,7 @@ func wlServer(dir, name, backend string, maxDraft int, fixed bool) (string, func
 		serving.WarmupGraphs(slog.New(slog.NewTextHandler(os.Stderr, nil)), mc, "target", m.Backend(), eo, m.Config, true)
 	}
 	eng := engine.New(m, eo)
+	wlGen = &wlTimedGen{g: eng}
 	var devSum time.Duration
 	wlProbe = func() wlBreakdown {
 		st := eng.Stats()
@@ -580,7 +609,7 @@ func wlServer(dir, name, backend string, maxDraft int, fixed bool) (string, func
 	}
 	s, err := gateway.New(gateway.Options{Config: gateway.DefaultConfig(), Cache: c,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Models: []*gateway.LocalModel{{Name: name, Generator: eng, Tokenizer: m.Tokenizer, ContextLength: m.Config.MaxPositions, KV: m.KV(), Drafts: drafts}}})
+		Models: []*gateway.LocalModel{{Name: name, Generator: wlGen, Tokenizer: m.Tokenizer, ContextLength: m.Config.MaxPositions, KV: m.KV(), Drafts: drafts}}})
 	if err != nil {
 		return "", nil, err
 	}
