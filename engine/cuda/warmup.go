@@ -28,7 +28,17 @@ import (
 //     so T > 8 runs exact: exact.go), with device argmax (greedy
 //     verification, engine ArgmaxOnly) and with logits (sampled verification);
 //   - for each draft-heads set loaded on the backend (LoadHeads: Medusa):
-//     T = 1..MaxTree tokens with the heads on every row, argmax and logits.
+//     T = 1..MaxTree tokens with the heads on every row, argmax and logits;
+//   - a request's last prefill chunk of T = 2..AttnTileMin-1 tokens with
+//     one logits row (WarmupPlan.NoPrefill turns it off). With the prefix
+//     cache a prompt's new tokens are mostly its tail past the last
+//     cached block (1..15 of 16), so these are the prefill steps a server
+//     takes again and again. Uncaptured, each ran eagerly (0.7 ms on the
+//     H100 for 10-12 tokens, against ~0.2 ms for a graphed tree step of
+//     that size) or, at its second sighting, was captured (1.8 ms) in the
+//     middle of a request: bench workload --backend cuda, code-edit trace,
+//     0.7-1.8 ms of a 4-6 ms drafted request. Longer chunks run attn_tile
+//     (not graphable) and stay eager.
 //
 // Not covered: multi-step greedy decoding (DecodeGreedy's own keys), steps
 // mixing several requests' trees (their T is the sum), and any shape whose
@@ -68,6 +78,8 @@ type WarmupPlan struct {
 	Budget time.Duration
 	// Log, when set, receives progress lines (key/value pairs as slog).
 	Log func(msg string, args ...any)
+	// NoPrefill: no last-prefill-chunk shapes.
+	NoPrefill bool
 }
 
 // WarmupStats reports a warm-up.
@@ -86,11 +98,14 @@ type WarmupStats struct {
 
 // warmShape is one step shape of the warm-up.
 type warmShape struct {
-	n      int  // requests (plain batch) or tokens (tree)
-	tree   bool // one request of n tokens with a chain ancestor mask
-	argmax bool // device argmax rows (r.Argmax)
-	heads  int  // draft heads set id (tree with heads), 0: none
-	ctx    int  // target longest key count (picks the splits)
+	n    int  // requests (plain batch) or tokens (tree, prefill)
+	tree bool // one request of n tokens with a chain ancestor mask
+	// prefill: one request of n tokens without a mask, one logits row
+	// (its last token): a prompt's last prefill chunk
+	prefill bool
+	argmax  bool // device argmax rows (r.Argmax)
+	heads   int  // draft heads set id (tree with heads), 0: none
+	ctx     int  // target longest key count (picks the splits)
 }
 
 // Warmup captures the CUDA graphs of the step shapes a server uses (see
@@ -157,6 +172,11 @@ func (b *Backend) Warmup(ctx context.Context, p WarmupPlan) (WarmupStats, error)
 		for T := 2; T <= p.MaxTree; T++ {
 			shapes = append(shapes, warmShape{n: T, tree: true, argmax: true, ctx: L},
 				warmShape{n: T, tree: true, ctx: L})
+		}
+		if !p.NoPrefill {
+			for T := 2; T < AttnTileMin && T <= MaxGraphTokens; T++ {
+				shapes = append(shapes, warmShape{n: T, prefill: true, ctx: L})
+			}
 		}
 		for id := 1; id <= nHeads; id++ {
 			shapes = append(shapes, warmShape{n: 1, tree: true, heads: id, ctx: L})
@@ -257,7 +277,7 @@ const (
 func (b *Backend) warmRequests(sh warmShape, reserve int) []*engine.ForwardRequest {
 	n := sh.n
 	nTok := n
-	if !sh.tree {
+	if !sh.tree && !sh.prefill {
 		nTok = 1
 	}
 	cached := make([]int32, max(sh.ctx-nTok, 0))
@@ -266,6 +286,14 @@ func (b *Backend) warmRequests(sh warmShape, reserve int) []*engine.ForwardReque
 	}
 	V := int32(b.cfg.VocabSize)
 	tok := func(i int) int32 { return int32(1+7*i) % V }
+	if sh.prefill {
+		r := &engine.ForwardRequest{Tokens: make([]int32, n), Positions: make([]int32, n), Slots: make([]int32, n),
+			CachedSlots: cached, LogitsRows: []int32{int32(n - 1)}}
+		for i := range n {
+			r.Tokens[i], r.Slots[i], r.Positions[i] = tok(i), int32(i), int32(len(cached)+i)
+		}
+		return []*engine.ForwardRequest{r}
+	}
 	if !sh.tree {
 		reqs := make([]*engine.ForwardRequest, n)
 		for j := range reqs {

@@ -18,7 +18,8 @@ func TestWarmupRequestsValid(t *testing.T) {
 	const reserve = 64
 	for _, ctx := range []int{1, 100, 257, 513, 1024} {
 		for _, sh := range []warmShape{{n: 1}, {n: 8}, {n: 32}, {n: 64}, {n: 2, tree: true, argmax: true}, {n: 9, tree: true},
-			{n: 17, tree: true, argmax: true}, {n: 64, tree: true}, {n: 1, tree: true, heads: 1}, {n: 64, tree: true, argmax: true, heads: 2}} {
+			{n: 17, tree: true, argmax: true}, {n: 64, tree: true}, {n: 1, tree: true, heads: 1}, {n: 64, tree: true, argmax: true, heads: 2},
+			{n: 2, prefill: true}, {n: 15, prefill: true}} {
 			sh.ctx = ctx
 			name := fmt.Sprintf("%+v", sh)
 			reqs := b.warmRequests(sh, reserve)
@@ -30,8 +31,14 @@ func TestWarmupRequestsValid(t *testing.T) {
 				t.Fatalf("%s: %v", name, err)
 			}
 			nTok, rows := sh.n, sh.n
-			if !sh.tree {
+			if !sh.tree && !sh.prefill {
 				nTok = 1
+			}
+			if sh.prefill {
+				rows = 1 // the last token's
+				if r := reqs[0]; len(reqs) != 1 || r.Parents != nil || len(r.LogitsRows) != 1 || int(r.LogitsRows[0]) != sh.n-1 {
+					t.Fatalf("%s: %d requests, parents %v, logits rows %v: want one chain request with its last row", name, len(reqs), r.Parents, r.LogitsRows)
+				}
 			}
 			for _, r := range reqs {
 				for _, s := range r.Slots {
