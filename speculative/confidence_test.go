@@ -3,6 +3,7 @@ package speculative
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -85,5 +86,51 @@ func TestKnownSourcePrior(t *testing.T) {
 	step(301, SourcePrediction, draft[:1])
 	if a, b := k.Confidence(300, 1), k.Confidence(301, 1); !(a < b) || !(a < knownPrior) {
 		t.Fatalf("confidence near_miss %.3f, prediction %.3f", a, b)
+	}
+}
+
+// TestKnownConfidenceGrowsWithDepth: an aligned prediction's estimate at
+// depth d is conditional on tokens 1..d-1 of the chain being right
+// (Beta-Bernoulli posterior predictive): at depth 1 the cursor's record at
+// its prior, then rising towards 1 with depth; after rejections lower at
+// every depth than a fresh cursor's. A near miss's estimate is its
+// per-token rate at every depth.
+func TestKnownConfidenceGrowsWithDepth(t *testing.T) {
+	k := NewKnown(KnownConfig{})
+	if got := k.Confidence(1, 8); got != knownPrior {
+		t.Fatalf("before the first call: %v, want the prior %v", got, knownPrior)
+	}
+	draft := make([]int32, 100)
+	for i := range draft {
+		draft[i] = int32(100 + i)
+	}
+	known := []engine.KnownDraft{{Source: SourcePrediction, Tokens: draft}}
+	propose1(t, k, engine.ProposeRequest{ID: 1, Tenant: "t", Generated: draft[:1], Known: known, Budget: 8})
+	prev := 0.0
+	for d := 1; d <= 64; d *= 2 {
+		v := k.Confidence(1, d)
+		if !(v > prev) || v >= 1 {
+			t.Fatalf("depth %d: %v after %v: want increasing, below 1", d, v, prev)
+		}
+		prev = v
+	}
+	// a request whose chain was cut after 2 tokens (a substituted token,
+	// then the draft again: the cursor realigns): lower than the fresh
+	// request at every depth.
+	other := append(append(append([]int32(nil), draft[:3]...), 7), draft[4:8]...)
+	propose1(t, k, engine.ProposeRequest{ID: 2, Tenant: "u", Generated: draft[:1], Known: known, Budget: 8})
+	propose1(t, k, engine.ProposeRequest{ID: 2, Tenant: "u", Generated: other, Known: known, Budget: 8})
+	for _, d := range []int{1, 4, 16} {
+		if a, b := k.Confidence(2, d), k.Confidence(1, d); !(a >= 0 && a < b) {
+			t.Fatalf("depth %d: cut chain %v, fresh %v", d, a, b)
+		}
+	}
+	nm := []engine.KnownDraft{{Source: SourceNearMiss, Tokens: draft}}
+	propose1(t, k, engine.ProposeRequest{ID: 3, Tenant: "t", Generated: draft[:1], Known: nm, Budget: 8})
+	if a, b := k.Confidence(3, 1), k.Confidence(3, 32); a != b || a <= 0 {
+		t.Fatalf("near miss: depth 1 %v, depth 32 %v: want one per-token rate", a, b)
+	}
+	if math.Abs(k.Confidence(1, 1)-(knownPrior*5+0)/5) > 0.05 {
+		t.Fatalf("prediction at depth 1: %v, want about the prior", k.Confidence(1, 1))
 	}
 }

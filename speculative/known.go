@@ -144,8 +144,17 @@ func (k *Known) Propose(_ context.Context, reqs []engine.ProposeRequest) ([]engi
 				if len(d.Tokens) == 0 {
 					continue
 				}
+				// a prediction starts at full depth: how much of it to
+				// verify is the engine's budget's call, from Confidence
+				// (on the H100 the doubling ramp 8, 16, 32, 64 cost an
+				// exact 160-token prediction 2-3 verification steps of
+				// ~0.2 ms host time each); other drafts ramp up from 8.
+				start := 8
+				if d.Source == SourcePrediction {
+					start = k.cfg.MaxDepth
+				}
 				c := &knownCursor{tenant: r.Tenant, src: d.Source, toks: append([]int32(nil), d.Tokens...), idx: newCorpus(1 << 30), at: -1,
-					ctl: newDepthControl(8, 2, k.cfg.MaxDepth)}
+					ctl: newDepthControl(start, 2, k.cfg.MaxDepth)}
 				c.idx.extend(0, c.toks)
 				st.drafts = append(st.drafts, c)
 			}
@@ -213,7 +222,16 @@ func (k *Known) Confidence(id engine.RequestID, depth int) float64 {
 		}
 		aligned = true
 		if depth <= len(c.toks)-1-c.at {
-			best = max(best, c.ctl.rate(k.prior(c.tenant, c.src), 5))
+			if c.src == SourcePrediction {
+				// a chain that held d-1 tokens holds on more likely than
+				// the per-token rate says (depthControl.rateAt); a near
+				// miss's answer drifts away token by token (the budget
+				// granted deeper near-miss trees with it and the CPU's
+				// paraphrase trace lost 1.3-1.5x -> 1.2-1.3x)
+				best = max(best, c.ctl.rateAt(k.prior(c.tenant, c.src), 5, depth))
+			} else {
+				best = max(best, c.ctl.rate(k.prior(c.tenant, c.src), 5))
+			}
 		}
 	}
 	if !aligned {

@@ -287,14 +287,22 @@ func TestKnownFollowsAndResyncs(t *testing.T) {
 	if len(p.Tokens) == 0 || p.Tokens[0] != 101 || p.Sources[0] != SourcePrediction || p.Source != SourcePrediction {
 		t.Fatalf("first step: %v %v", p.Tokens, p.Sources)
 	}
+	// a known draft starts at its full depth: the engine's budget (Budget
+	// 32 here) decides how much of it to verify, from Confidence.
 	d0 := len(p.Tokens)
-	// all accepted + bonus 101+d0: next proposal continues after it, deeper.
+	if d0 != 32 {
+		t.Fatalf("first step: %d tokens, want the budget's 32", d0)
+	}
+	// all accepted + bonus 101+d0: next proposal continues after it, to the draft's end.
 	gen := append([]int32(nil), draft[:d0+2]...)
 	p = propose1(t, k, engine.ProposeRequest{ID: 1, Generated: gen, Known: known})
-	if p.Tokens[0] != draft[d0+2] || len(p.Tokens) <= d0 {
+	if p.Tokens[0] != draft[d0+2] || len(p.Tokens) != len(draft)-(d0+2) {
 		t.Fatalf("second step: %v (first depth %d)", p.Tokens, d0)
 	}
-	// an edit: the target replaced draft[20..22] by 7, 8, 9 and continues with draft[23], draft[24].
+	// an edit: the target replaced draft[20..22] by 7, 8, 9 and continues
+	// with draft[23], draft[24] (a request whose first chain was 8 deep).
+	k = NewKnown(KnownConfig{})
+	propose1(t, k, engine.ProposeRequest{ID: 1, Generated: toks(100), Known: known, Budget: 8})
 	gen = append(append(append([]int32(nil), draft[:20]...), 7, 8, 9), draft[23], draft[24])
 	p = propose1(t, k, engine.ProposeRequest{ID: 1, Generated: gen, Known: known})
 	if len(p.Tokens) == 0 || p.Tokens[0] != draft[25] {
