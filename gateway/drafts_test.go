@@ -211,6 +211,21 @@ func TestNearMissDraftAndTenants(t *testing.T) {
 		!strings.Contains(m, `specgate_spec_source_tokens_total{kind="proposed",model="specgate-target",source="near_miss"}`) {
 		t.Fatalf("metrics lack the near-miss series:\n%s", grepLines(m, "near_miss"))
 	}
+	// a request that sends a prediction skips the near-miss lookup: q2
+	// again, no-cache (without the prediction its would-be hit drafts,
+	// reason no-cache), predicted with q1's answer.
+	pb := fmt.Sprintf(`{"model":"specgate-target","temperature":0,"max_tokens":48,"messages":[{"role":"user","content":%q}],"prediction":{"type":"content","content":%q}}`, q2, a1.content)
+	r3 := post(t, ts.URL+"/v1/chat/completions", "ka", pb, map[string]string{"Cache-Control": "no-cache"})
+	if r3.status != 200 {
+		t.Fatalf("predicted request: %d %s", r3.status, r3.body)
+	}
+	if c3, u3 := chatContent(t, r3.body); c3 != want2.content || u3.Speculative == nil ||
+		u3.Speculative.BySource[speculative.SourceNearMiss].Proposed != 0 || u3.Speculative.BySource[speculative.SourcePrediction].Proposed == 0 {
+		t.Fatalf("predicted request: %q (want %q), %+v: want prediction drafts and no near miss", c3, want2.content, u3.Speculative)
+	}
+	if m := metricsText(t, ts.URL); strings.Contains(m, `specgate_cache_near_miss_drafts_total{model="specgate-target",reason="no-cache"}`) {
+		t.Fatalf("a predicted request looked its near miss up:\n%s", grepLines(m, "near_miss_drafts"))
+	}
 	// tenants: the same question twice from tenant A, then once from tenant B
 	// (no near misses: no cache). A's earlier answer drafts A's second
 	// request through the suffix proposer; B gets nothing of A's.
