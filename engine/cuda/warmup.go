@@ -30,7 +30,8 @@ import (
 //   - for each draft-heads set loaded on the backend (LoadHeads: Medusa):
 //     T = 1..MaxTree tokens with the heads on every row, argmax and logits;
 //   - a request's last prefill chunk of T = 2..AttnTileMin-1 tokens with
-//     one logits row (WarmupPlan.NoPrefill turns it off). With the prefix
+//     one logits row (WarmupPlan.NoPrefill turns it off; up to
+//     MaxGraphTokens with Options.NoAttnTile). With the prefix
 //     cache a prompt's new tokens are mostly its tail past the last
 //     cached block (1..15 of 16), so these are the prefill steps a server
 //     takes again and again. Uncaptured, each ran eagerly (0.7 ms on the
@@ -174,7 +175,13 @@ func (b *Backend) Warmup(ctx context.Context, p WarmupPlan) (WarmupStats, error)
 				warmShape{n: T, tree: true, ctx: L})
 		}
 		if !p.NoPrefill {
-			for T := 2; T < AttnTileMin && T <= MaxGraphTokens; T++ {
+			// chunks of AttnTileMin tokens and more run attn_tile (not
+			// graphable) unless the backend has it off (NoAttnTile)
+			most := AttnTileMin - 1
+			if b.tileTokens == 0 {
+				most = MaxGraphTokens
+			}
+			for T := 2; T <= most && T <= MaxGraphTokens; T++ {
 				shapes = append(shapes, warmShape{n: T, prefill: true, ctx: L})
 			}
 		}
