@@ -10,16 +10,17 @@ import (
 // all heads' rows in one matmul (logitsShared); every logit must have the
 // bits of the per-head computation (each head's blocks, then its own
 // projection of its rows), for 1..5 heads, 1 and 3 rows, with and without
-// a vocabulary limit.
+// a vocabulary limit. The shipped heads have their own projections since
+// the fourth training round; ShareLMHead makes them share the lm_head.
 func TestLogitsSharedBitIdentical(t *testing.T) {
 	target, _ := shipped(t)
 	for _, vocab := range []int{0, 2048} {
-		h, err := Load(shippedHeads, target, LoadOptions{VocabLimit: vocab})
+		h, err := Load(shippedHeads, target, LoadOptions{VocabLimit: vocab, ShareLMHead: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !h.Shared {
-			t.Fatal("shipped heads do not share the lm_head: the test covers nothing")
+			t.Fatal("ShareLMHead: heads do not share the lm_head: the test covers nothing")
 		}
 		H, R := h.Hidden, h.Rows()
 		rng := rand.New(rand.NewPCG(7, uint64(vocab)))
