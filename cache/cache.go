@@ -457,13 +457,12 @@ func (c *Cache) get(ctx context.Context, req *Request) (Lookup, []float32, error
 		return done(l), nil, nil
 	}
 	// Semantic tier.
-	vs, err := c.emb.Embed(ctx, []string{p.norm})
-	if err != nil || len(vs) != 1 {
+	v, qt, err := c.embedQuery(ctx, p.norm)
+	if err != nil {
 		c.m.errors.WithLabelValues("embed").Inc()
 		l.Reason = "error"
-		return done(l), nil, fmt.Errorf("cache: embed %s: %w", c.emb.Name(), errOr(err, len(vs)))
+		return done(l), nil, fmt.Errorf("cache: embed %s: %w", c.emb.Name(), err)
 	}
-	v := vs[0]
 	ms, err := c.index.Search(ctx, p.ns, v, c.cfg.TopK)
 	if err != nil {
 		c.m.errors.WithLabelValues("index-search").Inc()
@@ -474,7 +473,6 @@ func (c *Cache) get(ctx context.Context, req *Request) (Lookup, []float32, error
 	if len(ms) > 0 {
 		l.Similarity = ms[0].Score
 	}
-	var qt []token // the query's tokens for the guard, made once
 	for _, m := range ms {
 		if m.Score < p.cfg.Threshold {
 			if l.Reason == "miss" {
@@ -494,7 +492,7 @@ func (c *Cache) get(ctx context.Context, req *Request) (Lookup, []float32, error
 			return done(l), v, fmt.Errorf("cache: semantic fetch: %w", err)
 		}
 		if !c.cfg.DisableGuard {
-			if qt == nil {
+			if qt == nil { // the query's tokens for the guard, made once
 				qt = tokenize(p.norm)
 			}
 			if why := guardTokens(qt, e.tokens()); why != "" {
@@ -512,6 +510,24 @@ func (c *Cache) get(ctx context.Context, req *Request) (Lookup, []float32, error
 		return done(l), v, nil
 	}
 	return done(l), v, nil
+}
+
+// embedQuery embeds a lookup's normalized key. The built-in lexical
+// embedder embeds the key's tokens, which are returned for the guard (one
+// tokenization per lookup); other embedders return nil tokens.
+func (c *Cache) embedQuery(ctx context.Context, norm string) ([]float32, []token, error) {
+	if lx, ok := c.emb.(*Lexical); ok {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		ts := tokenize(norm)
+		return lx.embedTokens(ts), ts, nil
+	}
+	vs, err := c.emb.Embed(ctx, []string{norm})
+	if err != nil || len(vs) != 1 {
+		return nil, nil, errOr(err, len(vs))
+	}
+	return vs[0], nil, nil
 }
 
 func errOr(err error, n int) error {

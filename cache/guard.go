@@ -1,8 +1,8 @@
 package cache
 
 import (
+	"slices"
 	"sort"
-	"strconv"
 	"strings"
 )
 
@@ -47,7 +47,9 @@ func guardTokens(a, b []token) string {
 	if !sameMultiset(dates(a), dates(b)) {
 		return GuardDate
 	}
-	if entityMismatch(a, b) || entityMismatch(b, a) {
+	// Each side's vocabulary, made once for the rules that read it.
+	va, vb := vocab(a), vocab(b)
+	if entityMismatch(a, b, vb) || entityMismatch(b, a, va) {
 		return GuardEntity
 	}
 	if qa, qb := questionType(a), questionType(b); qa != "" && qb != "" && qa != qb && qa != "what" && qb != "what" {
@@ -59,10 +61,10 @@ func guardTokens(a, b []token) string {
 	if roleSwap(a, b) {
 		return GuardRole
 	}
-	if substitution(a, b) {
+	if substitution(a, b, va, vb) {
 		return GuardSubstitution
 	}
-	if modifierAdded(a, b) || modifierAdded(b, a) {
+	if modifierAdded(a, b, va) || modifierAdded(b, a, vb) {
 		return GuardModifier
 	}
 	return ""
@@ -233,9 +235,8 @@ func mentions(v map[string]bool, w string) bool {
 
 // entityMismatch reports whether a names an entity that b does not mention
 // in any case (b may be written in lower case). A multi-word name is also
-// mentioned by its initials ("United States" / "US").
-func entityMismatch(a, b []token) bool {
-	vb := vocab(b)
+// mentioned by its initials ("United States" / "US"). vb is vocab(b).
+func entityMismatch(a, b []token, vb map[string]bool) bool {
 	for _, run := range entityRuns(a) {
 		if len(run) > 1 && vb[initials(run)] {
 			continue
@@ -436,14 +437,15 @@ func init() {
 // antonymMismatch reports whether one side uses a word whose antonym the
 // other side uses, while the other side does not also use the word itself.
 func antonymMismatch(a, b []token) bool {
-	wa, wb := wordSet(a), wordSet(b)
-	check := func(x, y map[string]bool) bool {
-		for w := range x {
-			if y[w] {
+	var ba, bb [16]string
+	wa, wb := antonymWords(ba[:0], a), antonymWords(bb[:0], b)
+	check := func(x, y []string) bool {
+		for _, w := range x {
+			if slices.Contains(y, w) {
 				continue
 			}
 			for _, o := range antonyms[w] {
-				if y[o] && !x[o] {
+				if slices.Contains(y, o) && !slices.Contains(x, o) {
 					return true
 				}
 			}
@@ -453,16 +455,27 @@ func antonymMismatch(a, b []token) bool {
 	return check(wa, wb) || check(wb, wa)
 }
 
-func wordSet(ts []token) map[string]bool {
-	m := make(map[string]bool, 2*len(ts))
+// antonymWords appends to dst the words of ts (lower case, stems, and
+// "word word" bigrams) that have an antonym. The others cannot change
+// antonymMismatch's answer (every antonym of a word has an antonym too), so
+// they are left out.
+func antonymWords(dst []string, ts []token) []string {
+	var buf [64]byte
 	for i, t := range ts {
-		m[t.low] = true
-		m[t.stem] = true
+		if antonyms[t.low] != nil {
+			dst = append(dst, t.low)
+		}
+		if antonyms[t.stem] != nil {
+			dst = append(dst, t.stem)
+		}
 		if i+1 < len(ts) {
-			m[t.low+" "+ts[i+1].low] = true
+			bg := append(append(append(buf[:0], t.low...), ' '), ts[i+1].low...)
+			if antonyms[string(bg)] != nil {
+				dst = append(dst, string(bg))
+			}
 		}
 	}
-	return m
+	return dst
 }
 
 // substitution reports whether each side has content words that the other
@@ -470,8 +483,8 @@ func wordSet(ts []token) map[string]bool {
 // the shape of "same question about a different thing" ("rice"/"quinoa",
 // "area"/"circumference"). Additions on one side only ("please", "in
 // Python") are not substitutions.
-func substitution(a, b []token) bool {
-	da, db := onlyIn(a, b), onlyIn(b, a)
+func substitution(a, b []token, va, vb map[string]bool) bool {
+	da, db := onlyIn(a, vb), onlyIn(b, va)
 	if len(da) == 0 || len(db) == 0 || len(da) > 2 || len(db) > 2 {
 		return false
 	}
@@ -491,9 +504,8 @@ func substitution(a, b []token) bool {
 
 // modifierAdded reports whether b puts a content word m, absent from a (also
 // as a synonym), right before a content word n that a has without any
-// content word before it.
-func modifierAdded(a, b []token) bool {
-	va := vocab(a)
+// content word before it. va is vocab(a).
+func modifierAdded(a, b []token, va map[string]bool) bool {
 	bare := map[string]bool{}
 	for i, t := range a {
 		if isContent(t) && (i == 0 || !isContent(a[i-1])) {
@@ -526,9 +538,9 @@ func hasSynonymIn(w string, ts []token) bool {
 	return false
 }
 
-// onlyIn returns the content stems of a that b does not mention.
-func onlyIn(a, b []token) []string {
-	vb := vocab(b)
+// onlyIn returns the content stems of a that b does not mention (vb is
+// vocab(b)).
+func onlyIn(a []token, vb map[string]bool) []string {
 	var out []string
 	seen := map[string]bool{}
 	for _, t := range a {
@@ -614,29 +626,42 @@ func roleSwap(a, b []token) bool {
 			}
 		}
 	}
-	pa, pb := positions(a), positions(b)
-	var shared []string
-	for w, i := range pa {
-		if _, ok := pb[w]; ok && i >= 0 {
-			shared = append(shared, w)
+	// Each word occurrence of a that b has too (the same stem and
+	// occurrence number), with its index in both.
+	type occ struct {
+		stem   string
+		ia, ib int
+		pivot  bool // may be the v between x and y
+	}
+	var buf [32]occ
+	shared := buf[:0]
+	for i, t := range a {
+		n := occurrence(a, i)
+		if j := nthOccurrence(b, t.stem, n); j >= 0 {
+			shared = append(shared, occ{stem: t.stem, ia: i, ib: j})
 		}
 	}
-	sort.Strings(shared)
-	content := func(ts []token, i int) bool { return isContent(ts[i]) }
-	for _, x := range shared {
-		if !content(a, pa[x]) {
+	// v must be a word occurring once in each text and not a symmetric
+	// connective. (The stem before any '#': an ordinal's stem is "#12", whose
+	// base is "" and which this check then lets through.)
+	for k := range shared {
+		v := &shared[k]
+		base, _, _ := strings.Cut(v.stem, "#")
+		v.pivot = occurrence(a, v.ia) == 0 && !symmetric[base] && nthOccurrence(a, base, 1) < 0 && nthOccurrence(b, base, 1) < 0
+	}
+	for xi, x := range shared {
+		if !isContent(a[x.ia]) {
 			continue
 		}
-		for _, y := range shared {
-			if x == y || !content(a, pa[y]) || !(pa[x] < pa[y]) || !(pb[y] < pb[x]) {
+		for yi, y := range shared {
+			if xi == yi || !isContent(a[y.ia]) || !(x.ia < y.ia) || !(y.ib < x.ib) {
 				continue
 			}
-			for _, v := range shared {
-				base := strings.SplitN(v, "#", 2)[0]
-				if v == x || v == y || symmetric[base] || !strings.HasSuffix(v, "#0") || pa[base+"#1"] != 0 || pb[base+"#1"] != 0 {
-					continue // v must be a non-symmetric word occurring once in each
+			for vi, v := range shared {
+				if vi == xi || vi == yi || !v.pivot {
+					continue
 				}
-				if pa[x] < pa[v] && pa[v] < pa[y] && pb[y] < pb[v] && pb[v] < pb[x] {
+				if x.ia < v.ia && v.ia < y.ia && y.ib < v.ib && v.ib < x.ib {
 					return true
 				}
 			}
@@ -645,15 +670,27 @@ func roleSwap(a, b []token) bool {
 	return false
 }
 
-// positions maps each stem, suffixed with its occurrence number ("dog#1" is
-// the second "dog"), to its index.
-func positions(ts []token) map[string]int {
-	m := make(map[string]int, len(ts))
-	seen := map[string]int{}
-	for i, t := range ts {
-		k := t.stem + "#" + strconv.Itoa(seen[t.stem])
-		seen[t.stem]++
-		m[k] = i
+// occurrence is how many tokens before ts[i] have its stem.
+func occurrence(ts []token, i int) int {
+	n := 0
+	for _, t := range ts[:i] {
+		if t.stem == ts[i].stem {
+			n++
+		}
 	}
-	return m
+	return n
+}
+
+// nthOccurrence is the index of the n-th (from 0) token of ts with stem
+// stem, or -1.
+func nthOccurrence(ts []token, stem string, n int) int {
+	for i, t := range ts {
+		if t.stem == stem {
+			if n == 0 {
+				return i
+			}
+			n--
+		}
+	}
+	return -1
 }

@@ -136,17 +136,20 @@ func (h *HNSW) EfSearchFor(namespace string) int {
 
 // efSearchBySize is the default efSearch for a graph of n nodes (tombstones
 // included), chosen by recall@1 on bench cache-http's questions (lexical
-// embeddings, int8 traversal, M 16; BenchmarkHNSWLexical, table in
+// embeddings, int8 traversal, M 16; BenchmarkHNSWLexical, tables in
 // docs/cache.md) at the measured size at or above n, with a margin over
 // the 0.99: at 10 000 nodes efSearch 8 gave 0.999 and 12 gave
-// 1.000 (→ 12); at 100 000, 12 gave 0.991, 16 0.9955 and 24 0.9985 (→ 24).
-// Larger graphs were not measured and keep the old default, 64.
+// 1.000 (→ 12); at 100 000, efSearch 16 gave recall@1 0.9962-0.9992 on
+// six graphs (seeds 1-6, 4 000 paraphrase queries each; 20 gave
+// 0.9968-0.9995, 24 0.9975-0.9998) at about three quarters of efSearch
+// 24's search cost (→ 16; it was 24). Larger graphs were not measured and
+// keep the old default, 64.
 func efSearchBySize(n int) int {
 	switch {
 	case n <= 10_000:
 		return 12
 	case n <= 100_000:
-		return 24
+		return 16
 	default:
 		return 64
 	}
@@ -765,6 +768,15 @@ func (g *graph) search(q []float32, k, ef int) []Match {
 		// (int8 scores are within about 1e-3 of the exact ones).
 		if n := rescoreFactor * k; len(cs) > n {
 			cs = cs[:n]
+		}
+		// The candidates' sparse vectors are requested from memory first,
+		// so their cache misses overlap (each rescore otherwise waits for
+		// its node, then its index and value arrays, one after another).
+		for _, c := range cs {
+			if n := g.nodes[c.i]; len(n.nzIdx) > 0 {
+				prefetchLines((*int8)(unsafe.Pointer(&n.nzIdx[0])), 2*len(n.nzIdx))
+				prefetchLines((*int8)(unsafe.Pointer(&n.nzVal[0])), 4*len(n.nzVal))
+			}
 		}
 		for i := range cs {
 			cs[i].s = sim(q, g.nodes[cs[i].i])

@@ -1,11 +1,13 @@
 package cache
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/specgate/specgate/vecmath"
 )
@@ -91,24 +93,34 @@ func fnv64(seed byte, parts ...string) uint64 {
 	return h
 }
 
+// feat is one hashed feature and its weight.
+type feat struct {
+	h uint64
+	w float32
+}
+
+// group collects a feature group's features in the order they are added
+// (duplicates summed in mix).
 type group struct {
-	feats map[uint64]float32
+	feats []feat
 }
 
-func (g *group) add(h uint64, w float32) {
-	if g.feats == nil {
-		g.feats = map[uint64]float32{}
-	}
-	g.feats[h] += w
-}
+func (g *group) add(h uint64, w float32) { g.feats = append(g.feats, feat{h, w}) }
 
-func (l *Lexical) embed(text string) []float32 {
-	ts := tokenize(text)
-	var words, bigrams, chars group
+func (l *Lexical) embed(text string) []float32 { return l.embedTokens(tokenize(text)) }
+
+// embedTokens is embed on tokenize(text) (the semantic tier tokenizes the
+// query once for the embedding and the guard).
+func (l *Lexical) embedTokens(ts []token) []float32 {
+	var wb, bb [32]feat
+	var cb [192]feat
+	words, bigrams, chars := group{wb[:0]}, group{bb[:0]}, group{cb[:0]}
+	var pad [64]byte
 	prev := ""
 	for _, t := range ts {
+		stop := stopwords[t.low]
 		w := float32(1)
-		if stopwords[t.low] {
+		if stop {
 			w = 0.15
 		}
 		if t.neg {
@@ -123,14 +135,34 @@ func (l *Lexical) embed(text string) []float32 {
 			bigrams.add(fnv64(2, prev, t.stem), bw)
 		}
 		prev = t.stem
-		if stopwords[t.low] {
+		if stop {
 			continue
 		}
-		padded := "<" + strings.ToLower(t.low) + ">"
-		rs := []rune(padded)
+		low := strings.ToLower(t.low)
+		if !utf8.ValidString(low) {
+			// []rune turns each invalid byte into U+FFFD: hash what the
+			// n-grams' strings hold then.
+			rs := []rune("<" + low + ">")
+			for n := 3; n <= 5; n++ {
+				for i := 0; i+n <= len(rs); i++ {
+					chars.add(fnv64(byte(n), string(rs[i:i+n])), 1)
+				}
+			}
+			continue
+		}
+		// Character n-grams of "<word>", n = 3…5 runes, hashed in place:
+		// off[k] is the byte offset of the padded word's k-th rune.
+		b := append(append(append(pad[:0], '<'), low...), '>')
+		var offs [64]int32
+		off := offs[:0]
+		for i := range string(b) {
+			off = append(off, int32(i))
+		}
+		off = append(off, int32(len(b)))
+		nr := len(off) - 1
 		for n := 3; n <= 5; n++ {
-			for i := 0; i+n <= len(rs); i++ {
-				chars.add(fnv64(byte(n), string(rs[i:i+n])), 1)
+			for i := 0; i+n <= nr; i++ {
+				chars.add(fnv64b(byte(n), b[off[i]:off[i+n]]), 1)
 			}
 		}
 	}
@@ -142,27 +174,54 @@ func (l *Lexical) embed(text string) []float32 {
 	return v
 }
 
+// fnv64b is fnv64(seed, string(p)).
+func fnv64b(seed byte, p []byte) uint64 {
+	h := uint64(14695981039346656037)
+	h ^= uint64(seed)
+	h *= 1099511628211
+	for _, c := range p {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}
+
 // mix adds group g, with sublinear tf and unit norm, times weight to v.
+// A feature's weights are summed in the order they were added, and the
+// features are visited in hash order, so the result is bit-identical run
+// to run.
 func (l *Lexical) mix(v []float32, g *group, weight float32) {
 	if len(g.feats) == 0 || weight == 0 {
 		return
 	}
+	fs := g.feats
+	slices.SortStableFunc(fs, func(a, b feat) int { return cmp.Compare(a.h, b.h) })
+	// Sum duplicates in place: fs[:n] holds each hash once.
+	n := 0
+	for _, f := range fs {
+		if n > 0 && fs[n-1].h == f.h {
+			fs[n-1].w += f.w
+			continue
+		}
+		fs[n] = f
+		n++
+	}
+	fs = fs[:n]
 	var ss float64
-	for _, w := range g.feats {
-		s := sublinear(w)
+	for _, f := range fs {
+		s := sublinear(f.w)
 		ss += float64(s * s)
 	}
 	scale := weight / float32(math.Sqrt(ss))
-	keys := make([]uint64, 0, len(g.feats))
-	for h := range g.feats {
-		keys = append(keys, h)
-	}
-	slices.Sort(keys) // fixed summation order: bit-identical vectors run to run
-	for _, h := range keys {
-		w := g.feats[h]
-		idx := int(h % uint64(l.dim))
-		s := sublinear(w) * scale
-		if h>>63 == 1 {
+	for _, f := range fs {
+		idx := int(f.h % uint64(l.dim))
+		s := sublinear(f.w) * scale
+		if f.h>>63 == 1 {
 			s = -s
 		}
 		v[idx] += s

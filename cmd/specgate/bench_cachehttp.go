@@ -170,15 +170,15 @@ function setup(thread)
   table.insert(threads, thread)
 end
 function init(args)
-  bodies = {}
-  for line in io.lines(%q) do bodies[#bodies + 1] = line end
-  idx = (tid * 7919) %% #bodies
-  hdrs = {["Content-Type"] = "application/json", ["Cache-Control"] = "no-store"}
+  reqs = {}
+  local hdrs = {["Content-Type"] = "application/json", ["Cache-Control"] = "no-store"}
+  for line in io.lines(%q) do reqs[#reqs + 1] = wrk.format("POST", "/v1/chat/completions", hdrs, line) end
+  idx = (tid * 7919) %% #reqs
   exact, semantic, miss, other = 0, 0, 0, 0
 end
 function request()
-  idx = idx %% #bodies + 1
-  return wrk.format("POST", "/v1/chat/completions", hdrs, bodies[idx])
+  idx = idx %% #reqs + 1
+  return reqs[idx]
 end
 function response(status, headers, body)
   local x = headers["X-Cache"] or headers["x-cache"]
@@ -237,6 +237,7 @@ func runCacheWrk(wrk, script, url string, conns, threads int, d time.Duration) (
 	if err != nil {
 		return wrkResult{}, xcacheCounts{}, err
 	}
+	r.clientCPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	x, err := parseXCache(string(out))
 	return r, x, err
 }
@@ -328,8 +329,8 @@ func runBenchCacheHTTP(args []string) error {
 		rows = append(rows, rs...)
 	}
 	fmt.Println()
-	fmt.Println("| entries | fill (CPU) | tier | sample check | conns | requests/s | p50 µs | p90 µs | p99 µs | gateway CPU µs/req | allocs/req | errors | hit fraction (wrk) |")
-	fmt.Println("|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+	fmt.Println("| entries | fill (CPU) | tier | sample check | conns | requests/s | p50 µs | p90 µs | p99 µs | gateway CPU µs/req | wrk CPU µs/req | allocs/req | errors | hit fraction (wrk) |")
+	fmt.Println("|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	for _, r := range rows {
 		t := r.x.total()
 		frac := "n/a"
@@ -341,8 +342,8 @@ func runBenchCacheHTTP(args []string) error {
 			frac = fmt.Sprintf("%.4f (%d exact, %d semantic, %d miss, %d other of %d)", float64(hits)/float64(t),
 				r.x.exact, r.x.semantic, r.x.miss, r.x.other, t)
 		}
-		fmt.Printf("| %d | %v (%v) | %s | %s | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %d | %s |\n", r.entries, r.fill.Round(100*time.Millisecond),
-			r.fillCPU.Round(100*time.Millisecond), r.tier, r.check, r.conns, r.r.rps(), r.r.p50, r.r.p90, r.r.p99, r.cpuUS, r.allocs, r.r.errors, frac)
+		fmt.Printf("| %d | %v (%v) | %s | %s | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.1f | %d | %s |\n", r.entries, r.fill.Round(100*time.Millisecond),
+			r.fillCPU.Round(100*time.Millisecond), r.tier, r.check, r.conns, r.r.rps(), r.r.p50, r.r.p90, r.r.p99, r.cpuUS, r.r.clientUS(), r.allocs, r.r.errors, frac)
 	}
 	return nil
 }
@@ -521,8 +522,8 @@ func benchCacheHTTPSize(base *gateway.Config, models []*gateway.LocalModel, logg
 				return nil, perr
 			}
 			cpuUS, allocs, _ := st.perReq(r.requests)
-			fmt.Printf("  %d entries, %s, c=%d: %.0f requests/s, p50 %.0f µs, p99 %.0f µs, %.0f µs gateway CPU/request, %.1f allocs/request, X-Cache %d exact / %d semantic / %d miss / %d other\n",
-				n, tier.name, conns, r.rps(), r.p50, r.p99, cpuUS, allocs, x.exact, x.semantic, x.miss, x.other)
+			fmt.Printf("  %d entries, %s, c=%d: %.0f requests/s, p50 %.0f µs, p99 %.0f µs, %.0f µs gateway CPU/request, %.0f µs wrk CPU/request, %.1f allocs/request, X-Cache %d exact / %d semantic / %d miss / %d other\n",
+				n, tier.name, conns, r.rps(), r.p50, r.p99, cpuUS, r.clientUS(), allocs, x.exact, x.semantic, x.miss, x.other)
 			rows = append(rows, cacheHTTPRow{entries: n, tier: tier.name, fill: fill, fillCPU: fillCPU, conns: conns, cpuUS: cpuUS, allocs: allocs,
 				check: check, r: r, x: x})
 		}

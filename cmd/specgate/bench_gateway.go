@@ -41,9 +41,19 @@ type wrkResult struct {
 	errors    int64
 	mean, p50 float64
 	p90, p99  float64
+	// clientCPU is wrk's own CPU time (user + system) over its whole run.
+	clientCPU time.Duration
 }
 
 func (r wrkResult) rps() float64 { return float64(r.requests) / r.durationS }
+
+// clientUS is wrk's CPU per request in µs (0 when unknown).
+func (r wrkResult) clientUS() float64 {
+	if r.requests == 0 {
+		return 0
+	}
+	return float64(r.clientCPU.Microseconds()) / float64(r.requests)
+}
 
 // wrkScript paces each connection with delay() so that conns connections
 // together offer the target rate (wrk has no rate flag; wrk2 is not packaged),
