@@ -7,12 +7,19 @@ import "github.com/specgate/specgate/engine/cpu"
 // source-compatible for its callers.
 type (
 	CPUBackend = cpu.CPUBackend
+	CPUOptions = cpu.Options
 	Mat        = cpu.Mat
 )
 
 // NewCPUBackend allocates KV memory for numSlots slots (see cpu.NewCPUBackend).
 func NewCPUBackend(cfg Config, w *Weights, numSlots, threads int) (*CPUBackend, error) {
 	return cpu.NewCPUBackend(cfg, w, numSlots, threads)
+}
+
+// NewCPUBackendOpts allocates KV memory for numSlots slots with the fan-out
+// options o (see cpu.New).
+func NewCPUBackendOpts(cfg Config, w *Weights, numSlots int, o CPUOptions) (*CPUBackend, error) {
+	return cpu.New(cfg, w, numSlots, o)
 }
 
 // NewMat prepares a weight matrix for the CPU matmul (see cpu.NewMat).

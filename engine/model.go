@@ -35,12 +35,20 @@ type LoadOptions struct {
 	NewBackend BackendFactory
 	// Threads for the CPU backend; 0 = GOMAXPROCS.
 	Threads int
+	// MinParallelMACs for the CPU backend: passes of fewer multiply-adds
+	// run on one thread (cpu.Options.MinParallelMACs; 0 = its default).
+	MinParallelMACs int
 	// SkipTokenizer does not load tokenizer.json (Model.Tokenizer stays nil).
 	SkipTokenizer bool
 	// Quantize: "" or "none" keeps the weights as stored; QuantInt8
 	// quantizes the projections to int8 weight-only before the backend is
 	// built (QuantizeWeights; quantize.go).
 	Quantize string
+}
+
+// CPUOptions is the CPU backend's options these load options ask for.
+func (o LoadOptions) CPUOptions() CPUOptions {
+	return CPUOptions{Threads: o.Threads, MinParallelMACs: o.MinParallelMACs}
 }
 
 // Model is a loaded Llama model: config, weights, tokenizer, a backend and
@@ -93,7 +101,7 @@ func NewModel(cfg Config, w *Weights, opts LoadOptions) (*Model, error) {
 	nb := opts.NewBackend
 	if nb == nil {
 		nb = func(cfg Config, w *Weights, numSlots int) (Backend, error) {
-			return cpu.NewCPUBackend(cfg, w, numSlots, opts.Threads)
+			return cpu.New(cfg, w, numSlots, opts.CPUOptions())
 		}
 	}
 	be, err := nb(cfg, w, numBlocks*bs)

@@ -31,6 +31,8 @@ func TestParseConfigValidation(t *testing.T) {
 		{"server:\n  addr: nope\n", "server.addr"},
 		{"models:\n  - name: a\n    path: x\n    backend: tpu\n", "models[0].backend"},
 		{"models:\n  - name: a\n    path: x\n    quantize: int4\n", "models[0].quantize"},
+		{"models:\n  - name: a\n    path: x\n    cpu: {min_parallel_macs: -1}\n", "models[0].cpu.min_parallel_macs"},
+		{"models:\n  - name: a\n    path: x\n    cpu: {threads: -2}\n", "models[0].cpu.threads"},
 		{"models:\n  - name: a\n    path: x\n    speculative: {method: draft}\n", "models[0].draft"},
 		{"models:\n  - name: a\n    path: x\n  - name: a\n    path: y\n", "models[1].name"},
 		{"upstreams:\n  - name: u\n    base_url: ftp://x\n    models: [m]\n", "upstreams[0].base_url"},

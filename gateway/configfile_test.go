@@ -37,6 +37,8 @@ func TestLoadConfigFileLines(t *testing.T) {
 			[]string{"type.yaml", "line 4: key models[0].kv_blocks", "lots"}},
 		{"value.yaml", "server:\n  addr: 127.0.0.1:1\nmodels:\n  - name: m\n    path: target\n    backend: gpu\n",
 			[]string{"value.yaml: line 6:", "models[0].backend", `"gpu"`}},
+		{"cpu.yaml", "models:\n  - name: m\n    path: target\n    cpu:\n      threads: 1\n      min_parallel_macs: -5\n",
+			[]string{"cpu.yaml: line 6:", "models[0].cpu.min_parallel_macs -5"}},
 	} {
 		_, err := LoadConfigFile(write(c.name, c.yaml))
 		if err == nil || !errors.Is(err, ErrConfig) {

@@ -68,14 +68,14 @@ func Load(mc ModelConfig, o Options) (*Model, error) {
 		out.Close()
 		return nil, err
 	}
-	lo := engine.LoadOptions{Quantize: mc.Quantize}
+	lo := engine.LoadOptions{Quantize: mc.Quantize, Threads: mc.CPU.Threads, MinParallelMACs: mc.CPU.MinParallelMACs}
 	if mc.KVBlocks > 0 {
 		lo.KVTokens = mc.KVBlocks * engine.DefaultBlockSize
 	}
 	onGPU := mc.Backend == "cuda" || mc.Backend == "auto"
 	// The GPU backend's switches and kernel tuning (SPECGATE_GEMV, ...) come
 	// from the environment here, the serving edge, and nowhere below it.
-	nb, err := cuda.Select(mc.Backend, cuda.Options{}.WithEnv(os.Getenv), lo.Threads, func(err error) {
+	nb, err := cuda.Select(mc.Backend, cuda.Options{}.WithEnv(os.Getenv), lo.CPUOptions(), func(err error) {
 		if onGPU {
 			log.Info("no GPU; using the CPU backend", "model", mc.Name, "reason", err.Error())
 		}

@@ -28,6 +28,8 @@ type ModelConfig struct {
 	// DefaultMaxTokens caps generation when a request gives no max_tokens
 	// (0 = up to the context length, as OpenAI does).
 	DefaultMaxTokens int `yaml:"default_max_tokens"`
+	// CPU tunes the CPU backend (backend cpu, or auto without a GPU).
+	CPU CPUConfig `yaml:"cpu"`
 	// Drafts configures the model-free draft sources (issue #11).
 	Drafts DraftsConfig `yaml:"drafts"`
 	// GraphWarmup captures the CUDA graphs of the step shapes the server
@@ -52,6 +54,16 @@ type DraftsConfig struct {
 	MaxBytes     int64   `yaml:"max_bytes"` // memory for stored answers, all tenants (0 = 64 MiB)
 	Policy       string  `yaml:"policy"`    // their eviction policy (default lru)
 	Budget       int     `yaml:"budget"`    // most draft nodes verified per request and step (0 = 64)
+}
+
+// CPUConfig is the CPU backend's fan-out (engine/cpu.Options); zero values
+// pick its defaults. Results do not depend on it.
+type CPUConfig struct {
+	// Threads is the most threads one pass runs on (0: GOMAXPROCS).
+	Threads int `yaml:"threads"`
+	// MinParallelMACs: passes of fewer multiply-adds run on one thread (0:
+	// cpu.DefaultMinParallelMACs, 2^25; 1: every pass fans out).
+	MinParallelMACs int `yaml:"min_parallel_macs"`
 }
 
 // SpeculativeConfig selects the proposer.
@@ -151,6 +163,12 @@ func (m *ModelConfig) Validate(where string) error {
 	}
 	if m.Speculative.K < 0 || m.Speculative.K > 64 {
 		return bad("%s.speculative.k %d: must be in [0,64]", where, m.Speculative.K)
+	}
+	if m.CPU.Threads < 0 {
+		return bad("%s.cpu.threads %d: must be >= 0 (0: GOMAXPROCS)", where, m.CPU.Threads)
+	}
+	if m.CPU.MinParallelMACs < 0 {
+		return bad("%s.cpu.min_parallel_macs %d: must be >= 0 (0: the default)", where, m.CPU.MinParallelMACs)
 	}
 	if m.DefaultMaxTokens < 0 {
 		return bad("%s.default_max_tokens %d: must be >= 0", where, m.DefaultMaxTokens)

@@ -2,11 +2,16 @@ package serving
 
 import (
 	"bytes"
+	"io"
+	"log/slog"
+	"runtime"
+	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/engine/cpu"
 	"github.com/specgate/specgate/speculative"
 )
 
@@ -68,6 +73,56 @@ func TestAdaptiveIsTheDefault(t *testing.T) {
 		if eo := d.EngineOptions(engine.Options{}); eo.FixedDraft != c.wantFixed || eo.MaxDraft < mc.Speculative.K {
 			t.Errorf("%q: engine options FixedDraft %v MaxDraft %d, want FixedDraft %v and MaxDraft >= k %d",
 				c.yaml, eo.FixedDraft, eo.MaxDraft, c.wantFixed, mc.Speculative.K)
+		}
+	}
+}
+
+// TestCPUSection: the cpu: keys reach the CPU backend's options (threads,
+// min_parallel_macs); absent, the backend runs its defaults.
+func TestCPUSection(t *testing.T) {
+	for _, c := range []struct {
+		yaml string
+		want engine.CPUOptions
+	}{
+		{"name: m\npath: ../models/specgate-target\nbackend: cpu\nkv_blocks: 16\ncpu: {threads: 1, min_parallel_macs: 4096}\n",
+			engine.CPUOptions{Threads: 1, MinParallelMACs: 4096}},
+		{"name: m\npath: ../models/specgate-target\nbackend: cpu\nkv_blocks: 16\ncpu:\n  min_parallel_macs: 1\n",
+			engine.CPUOptions{Threads: runtime.GOMAXPROCS(0), MinParallelMACs: 1}},
+		{"name: m\npath: ../models/specgate-target\nbackend: cpu\nkv_blocks: 16\n",
+			engine.CPUOptions{Threads: runtime.GOMAXPROCS(0), MinParallelMACs: cpu.DefaultMinParallelMACs}},
+	} {
+		var mc ModelConfig
+		dec := yaml.NewDecoder(bytes.NewReader([]byte(c.yaml)))
+		dec.KnownFields(true)
+		if err := dec.Decode(&mc); err != nil {
+			t.Fatalf("%q: %v", c.yaml, err)
+		}
+		mc.ApplyDefaults()
+		if err := mc.Validate("models[0]"); err != nil {
+			t.Fatalf("%q: %v", c.yaml, err)
+		}
+		m, err := Load(mc, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatalf("%q: %v", c.yaml, err)
+		}
+		be, ok := m.Weights.Backend().(*engine.CPUBackend)
+		if !ok {
+			m.Close()
+			t.Fatalf("%q: backend %T, want the CPU backend", c.yaml, m.Weights.Backend())
+		}
+		if got := be.Options(); got != c.want {
+			t.Errorf("%q: CPU options %+v, want %+v", c.yaml, got, c.want)
+		}
+		m.Close()
+	}
+	for _, bad := range []string{"cpu: {threads: -1}", "cpu: {min_parallel_macs: -3}"} {
+		mc := ModelConfig{Name: "m", Path: "p"}
+		if err := yaml.Unmarshal([]byte(bad), &mc); err != nil {
+			t.Fatal(err)
+		}
+		mc.ApplyDefaults()
+		if err := mc.Validate("models[0]"); err == nil || !strings.Contains(err.Error(), "models[0].cpu.") {
+			t.Errorf("%q: err %v, want one naming models[0].cpu.*", bad, err)
 		}
 	}
 }

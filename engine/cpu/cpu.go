@@ -71,6 +71,11 @@ type Options struct {
 // docs/engine.md).
 const DefaultMinParallelMACs = 1 << 25
 
+// Options is the backend's fan-out as it runs (defaults filled in).
+func (b *CPUBackend) Options() Options {
+	return Options{Threads: b.par.threads, MinParallelMACs: b.par.minMACs}
+}
+
 // NewCPUBackend is New with Options{Threads: threads}.
 func NewCPUBackend(cfg model.Config, w *model.Weights, numSlots, threads int) (*CPUBackend, error) {
 	return New(cfg, w, numSlots, Options{Threads: threads})

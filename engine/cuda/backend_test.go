@@ -43,10 +43,10 @@ func TestNewRejectsBadConfig(t *testing.T) {
 }
 
 func TestSelect(t *testing.T) {
-	if f, err := Select("cpu", Options{}, 1, nil); f != nil || err != nil {
+	if f, err := Select("cpu", Options{}, engine.CPUOptions{Threads: 1}, nil); f != nil || err != nil {
 		t.Fatalf("cpu: %v %v", f != nil, err)
 	}
-	if _, err := Select("tpu", Options{}, 1, nil); !errors.Is(err, ErrBackendName) {
+	if _, err := Select("tpu", Options{}, engine.CPUOptions{Threads: 1}, nil); !errors.Is(err, ErrBackendName) {
 		t.Fatalf("tpu: %v", err)
 	}
 	if os.Getenv("SPECGATE_EXPECT_GPU") != "" {
@@ -56,7 +56,7 @@ func TestSelect(t *testing.T) {
 		RMSNormEps: 1e-5, RopeTheta: 10000, RopeScaling: engine.RopeScaling{Type: engine.RopeDefault}, MaxPositions: 64,
 		VocabSize: 61, BOS: 1, EOS: []int32{2}}
 	var reason error
-	f, err := Select("auto", Options{}, 1, func(e error) { reason = e })
+	f, err := Select("auto", Options{}, engine.CPUOptions{Threads: 1}, func(e error) { reason = e })
 	if err != nil {
 		t.Fatal(err)
 	}

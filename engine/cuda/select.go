@@ -14,11 +14,11 @@ var ErrBackendName = errors.New("cuda: unknown backend name")
 // Select maps a config's backend name to an engine.BackendFactory:
 // "cpu" (or "") → nil (the engine's CPU default); "cuda" → this backend,
 // failing when no GPU is usable; "auto" → this backend, falling back to the
-// CPU backend (threads <= 0: GOMAXPROCS) when no GPU is usable (no driver,
+// CPU backend with options cpuOpt when no GPU is usable (no driver,
 // no device, kernels that do not load: engine.ErrBackendMissing). The
 // fallback reason is passed to onFallback when it is not nil. This is the
 // one backend selection path (specgate serve uses it).
-func Select(name string, opt Options, threads int, onFallback func(error)) (engine.BackendFactory, error) {
+func Select(name string, opt Options, cpuOpt engine.CPUOptions, onFallback func(error)) (engine.BackendFactory, error) {
 	switch name {
 	case "", "cpu":
 		return nil, nil
@@ -37,7 +37,7 @@ func Select(name string, opt Options, threads int, onFallback func(error)) (engi
 			if onFallback != nil {
 				onFallback(err)
 			}
-			return engine.NewCPUBackend(cfg, w, numSlots, threads)
+			return engine.NewCPUBackendOpts(cfg, w, numSlots, cpuOpt)
 		}, nil
 	}
 	return nil, fmt.Errorf("backend %q (want cpu, cuda or auto): %w", name, ErrBackendName)
