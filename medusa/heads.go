@@ -211,6 +211,7 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 			}
 		}
 	}
+	i8 := map[string]int8Mat{} // I8 weights by canonical name (their float values are read's result)
 	read := func(c string, shape []int64) ([]float32, error) {
 		n, ok := names[c]
 		if !ok {
@@ -236,9 +237,12 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 		}
 		var buf []float32
 		if info.DType == safetensors.I8 {
-			if buf, err = readInt8Rows(set, wPath, n, scaleName, shape); err != nil {
+			var q []int8
+			var sc []float32
+			if buf, q, sc, err = readInt8Rows(set, wPath, n, scaleName, shape); err != nil {
 				return nil, err
 			}
+			i8[c] = int8Mat{q, sc}
 		} else {
 			buf = make([]float32, info.NumElements())
 			if err := set.ReadFloat32Into(n, buf); err != nil {
@@ -294,7 +298,11 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 			if err != nil {
 				return nil, err
 			}
-			h.w[i] = append(h.w[i], engine.NewMat(w, H, H))
+			if q, ok := i8[fmt.Sprintf("%d.%d.linear.weight", i, j)]; ok {
+				h.w[i] = append(h.w[i], engine.NewMatI8(q.q, q.scale, H, H)) // int8 kernels: a quarter of the bytes
+			} else {
+				h.w[i] = append(h.w[i], engine.NewMat(w, H, H))
+			}
 			h.wRaw[i] = append(h.wRaw[i], w)
 			h.b[i] = append(h.b[i], b)
 		}
@@ -357,39 +365,63 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 	} else {
 		for i := range h.proj {
 			r := rows(full[i], false)
-			h.proj[i] = engine.NewMat(r, R, H)
+			if q, ok := i8[fmt.Sprintf("%d.%d.weight", i, L)]; ok {
+				qr, sr := q.q, q.scale
+				if h.ids != nil && len(h.ids) != len(fileIDs) { // a vocabulary limit: the same rows as rows()
+					qr, sr = make([]int8, R*H), make([]float32, R)
+					for k, id := range h.ids {
+						src := rowOf(id, false)
+						copy(qr[k*H:(k+1)*H], q.q[src*H:(src+1)*H])
+						sr[k] = q.scale[src]
+					}
+				}
+				h.proj[i] = engine.NewMatI8(qr, sr, R, H)
+			} else {
+				h.proj[i] = engine.NewMat(r, R, H)
+			}
 			h.projRaw = append(h.projRaw, r)
 		}
 	}
 	return h, nil
 }
 
+// int8Mat is an I8 weight as stored: q [rows][cols] and one scale per row.
+type int8Mat struct {
+	q     []int8
+	scale []float32
+}
+
 // readInt8Rows dequantizes an I8 weight [rows][cols] with its per-row scale
-// tensor (F32, F16 or BF16, shape [rows]): w[r][c] = q[r][c] * scale[r].
-func readInt8Rows(set *safetensors.File, file, name, scaleName string, shape []int64) ([]float32, error) {
+// tensor (F32, F16 or BF16, shape [rows]): w[r][c] = q[r][c] * scale[r]. It
+// also returns q and the scales (the CPU heads multiply by them directly).
+func readInt8Rows(set *safetensors.File, file, name, scaleName string, shape []int64) ([]float32, []int8, []float32, error) {
 	sinfo, _ := set.Info(scaleName)
 	if !sinfo.DType.Float() || len(sinfo.Shape) != 1 || sinfo.Shape[0] != shape[0] {
-		return nil, fmt.Errorf("%s: tensor %q: dtype %s shape %v, want a float vector of %d per-row scales for %q: %w", file, scaleName, sinfo.DType, sinfo.Shape, shape[0], name, ErrFormat)
+		return nil, nil, nil, fmt.Errorf("%s: tensor %q: dtype %s shape %v, want a float vector of %d per-row scales for %q: %w", file, scaleName, sinfo.DType, sinfo.Shape, shape[0], name, ErrFormat)
 	}
 	scale, _, err := set.ReadFloat32(scaleName)
 	if err != nil {
-		return nil, fmt.Errorf("%s: tensor %q: %w: %w", file, scaleName, ErrFormat, err)
+		return nil, nil, nil, fmt.Errorf("%s: tensor %q: %w: %w", file, scaleName, ErrFormat, err)
 	}
 	q, err := set.ReadRaw(name)
 	if err != nil {
-		return nil, fmt.Errorf("%s: tensor %q: %w: %w", file, name, ErrFormat, err)
+		return nil, nil, nil, fmt.Errorf("%s: tensor %q: %w: %w", file, name, ErrFormat, err)
 	}
 	cols := int(shape[1])
 	out := make([]float32, len(q))
+	qi := make([]int8, len(q))
+	for i, b := range q {
+		qi[i] = int8(b)
+	}
 	for r, s := range scale {
 		if s < 0 || math.IsNaN(float64(s)) || math.IsInf(float64(s), 0) {
-			return nil, fmt.Errorf("%s: tensor %q: scale %d is %v (want finite, >= 0): %w", file, scaleName, r, s, ErrFormat)
+			return nil, nil, nil, fmt.Errorf("%s: tensor %q: scale %d is %v (want finite, >= 0): %w", file, scaleName, r, s, ErrFormat)
 		}
 		for c := range cols {
-			out[r*cols+c] = float32(int8(q[r*cols+c])) * s
+			out[r*cols+c] = float32(qi[r*cols+c]) * s
 		}
 	}
-	return out, nil
+	return out, qi, scale, nil
 }
 
 func sameShape(a, b []int64) bool {
