@@ -662,6 +662,11 @@ func (e *Engine) setup(r *request) {
 	}
 	r.spec = e.newSpecState(props, r.req.Typical)
 	r.stats.Exact = true
+	for _, p := range props {
+		if s, ok := p.(Starter); ok {
+			s.Start(r.id, r.req.Tenant, r.req.KnownDrafts)
+		}
+	}
 }
 
 // fits reports an error when the request's context plus one token cannot

@@ -47,6 +47,16 @@ type FinishObserver interface {
 	Finished(id RequestID, tenant string, prompt, output []int32)
 }
 
+// Starter is implemented by proposers that set a request up before its
+// first Propose call. The engine calls Start once when the request is
+// submitted (before any Confidence or Propose for it), with its tenant and
+// known drafts (read-only, valid only during the call); Release follows as
+// for every request. Known uses it so that its Confidence answers for the
+// request's first decode step from the request's own drafts.
+type Starter interface {
+	Start(id RequestID, tenant string, known []KnownDraft)
+}
+
 // KnownDraft is text the caller already holds that may continue the
 // request (an OpenAI `prediction`, a semantic-cache near miss's answer),
 // tokenized. Proposers that draft from known text read it from

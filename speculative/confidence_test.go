@@ -125,6 +125,12 @@ func TestKnownConfidenceGrowsWithDepth(t *testing.T) {
 			t.Fatalf("depth %d: cut chain %v, fresh %v", d, a, b)
 		}
 	}
+	// started (engine.Starter) but not yet proposed: the prediction's
+	// depth-aware estimate already, not the flat default prior.
+	k.Start(4, "t", known)
+	if a, b := k.Confidence(4, 1), k.Confidence(4, 32); !(b > a) || math.Abs(a-k.Confidence(1, 1)) > 1e-9 {
+		t.Fatalf("started request: depth 1 %v, depth 32 %v (a proposed one at depth 1: %v)", a, b, k.Confidence(1, 1))
+	}
 	nm := []engine.KnownDraft{{Source: SourceNearMiss, Tokens: draft}}
 	propose1(t, k, engine.ProposeRequest{ID: 3, Tenant: "t", Generated: draft[:1], Known: nm, Budget: 8})
 	if a, b := k.Confidence(3, 1), k.Confidence(3, 32); a != b || a <= 0 {

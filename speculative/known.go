@@ -130,6 +130,43 @@ func (k *Known) Release(id engine.RequestID) {
 	k.mu.Unlock()
 }
 
+// newReq sets a request's cursors up, one per non-empty draft.
+func (k *Known) newReq(tenant string, known []engine.KnownDraft) *knownReq {
+	st := &knownReq{}
+	for _, d := range known {
+		if len(d.Tokens) == 0 {
+			continue
+		}
+		// a prediction starts at full depth: how much of it to verify is
+		// the engine's budget's call, from Confidence (on the H100 the
+		// doubling ramp 8, 16, 32, 64 cost an exact 160-token prediction
+		// 2-3 verification steps of ~0.2 ms host time each); other drafts
+		// ramp up from 8.
+		start := 8
+		if d.Source == SourcePrediction {
+			start = k.cfg.MaxDepth
+		}
+		c := &knownCursor{tenant: tenant, src: d.Source, toks: append([]int32(nil), d.Tokens...), idx: newCorpus(1 << 30), at: -1,
+			ctl: newDepthControl(start, 2, k.cfg.MaxDepth)}
+		c.idx.extend(0, c.toks)
+		st.drafts = append(st.drafts, c)
+	}
+	return st
+}
+
+// Start implements engine.Starter: the request's cursors exist before its
+// first Propose call, so that Confidence answers for its first decode
+// step with its drafts' sources (a prediction's depth-aware estimate)
+// instead of the default prior at every depth: that priced the first step
+// of an exact 160-token prediction at ~10 nodes.
+func (k *Known) Start(id engine.RequestID, tenant string, known []engine.KnownDraft) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.reqs[id] == nil {
+		k.reqs[id] = k.newReq(tenant, known)
+	}
+}
+
 // Propose implements engine.Proposer.
 func (k *Known) Propose(_ context.Context, reqs []engine.ProposeRequest) ([]engine.Proposal, error) {
 	out := make([]engine.Proposal, len(reqs))
@@ -139,25 +176,7 @@ func (k *Known) Propose(_ context.Context, reqs []engine.ProposeRequest) ([]engi
 		r := &reqs[i]
 		st := k.reqs[r.ID]
 		if st == nil {
-			st = &knownReq{}
-			for _, d := range r.Known {
-				if len(d.Tokens) == 0 {
-					continue
-				}
-				// a prediction starts at full depth: how much of it to
-				// verify is the engine's budget's call, from Confidence
-				// (on the H100 the doubling ramp 8, 16, 32, 64 cost an
-				// exact 160-token prediction 2-3 verification steps of
-				// ~0.2 ms host time each); other drafts ramp up from 8.
-				start := 8
-				if d.Source == SourcePrediction {
-					start = k.cfg.MaxDepth
-				}
-				c := &knownCursor{tenant: r.Tenant, src: d.Source, toks: append([]int32(nil), d.Tokens...), idx: newCorpus(1 << 30), at: -1,
-					ctl: newDepthControl(start, 2, k.cfg.MaxDepth)}
-				c.idx.extend(0, c.toks)
-				st.drafts = append(st.drafts, c)
-			}
+			st = k.newReq(r.Tenant, r.Known)
 			k.reqs[r.ID] = st
 		}
 		if len(st.drafts) == 0 || len(r.Generated) == 0 {
