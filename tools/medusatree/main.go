@@ -44,6 +44,7 @@ func main() {
 	vocab := flag.Int("vocab-limit", 0, "FR-Spec vocabulary limit for the heads (0 = full)")
 	measure := flag.String("measure", "", "comma-separated tree sizes to run through the engine (fixed draft): measured tau = tokens per target forward")
 	search := flag.String("search", "sim", "tree search: sim (grow the tree by the simulated τ: greedy decoding replayed on the tuning positions, steps starting where the previous one ended) or expected (by each path's acceptance frequency over all positions)")
+	ceiling := flag.Bool("ceiling", false, "also print the ceiling of these heads on the scored prompts: simulated and expected τ of the tree of every top-r path (r = 1, 2, 3, 5, max-rank) and of the tuned tree with head 0 always right")
 	tuneOff := flag.Int("tune-offset", -1, "tune the tree on prompts [tune-offset, tune-offset+n) and report accuracy, expected and measured tau on prompts [0, n) (-1: tune and measure on the same prompts)")
 	flag.Parse()
 	target, err := engine.Load(*targetDir, engine.LoadOptions{})
@@ -132,6 +133,23 @@ func main() {
 		paths = sp
 	default:
 		log.Fatalf("-search %q: want sim or expected", *search)
+	}
+	if *ceiling {
+		fmt.Println("\nceiling on the scored prompts (simulated τ: greedy decoding replayed, verification free; expected τ: per-position mean):")
+		for _, r := range []int{1, 2, 3, 5, st.MaxRank} {
+			all := allPaths(heads.NumHeads, r)
+			t := newTrie(all, st.MaxRank)
+			fmt.Printf("every path of top-%d ranks (%d nodes): simulated τ %.3f, expected τ %.3f\n", r, len(all), simulate(st, t), expectedTau(st, t))
+		}
+		o := withHead0Oracle(st)
+		all := newTrie(allPaths(heads.NumHeads, st.MaxRank), st.MaxRank)
+		fmt.Printf("head 0 always right: the tuned tree, nodes:simulated τ%s; every top-%d path %.3f\n", func() string {
+			var b strings.Builder
+			for _, n := range sizes(len(paths)) {
+				fmt.Fprintf(&b, " %d:%.3f", n, simulate(o, newTrie(paths[:n], st.MaxRank)))
+			}
+			return b.String()
+		}(), st.MaxRank, simulate(o, all))
 	}
 	b, _ := json.Marshal(paths)
 	fmt.Println("\ntree:", strings.ReplaceAll(string(b), "],[", "], ["))

@@ -129,3 +129,51 @@ func simGreedyTree(st *medusa.Stats, nodes, maxDepth int) ([][]int, []float64) {
 	}
 	return paths, taus
 }
+
+// allPaths is every path of depth 1..depth whose ranks are all < r, parents
+// first: the tree of every top-r candidate of every head (r + r² + … + r^depth
+// nodes).
+func allPaths(depth, r int) [][]int {
+	var out [][]int
+	level := [][]int{nil}
+	for range depth {
+		var next [][]int
+		for _, p := range level {
+			for x := range r {
+				next = append(next, append(append([]int(nil), p...), x))
+			}
+		}
+		out = append(out, next...)
+		level = next
+	}
+	return out
+}
+
+// expectedTau is 1 + the mean number of tree tokens accepted over every
+// position that has a head-0 label (the per-position statistic, not the
+// replay of decoding that simulate is).
+func expectedTau(st *medusa.Stats, t *trie) float64 {
+	sum, n := 0, 0
+	for _, rk := range st.Ranks {
+		if rk[0] == medusa.NoLabel {
+			continue
+		}
+		sum += t.accepted(rk)
+		n++
+	}
+	return 1 + float64(sum)/float64(max(n, 1))
+}
+
+// withHead0Oracle returns st with head 0 always right (rank 0 wherever it
+// has a label): what a perfect first head would give the same tree.
+func withHead0Oracle(st *medusa.Stats) *medusa.Stats {
+	o := &medusa.Stats{Heads: st.Heads, MaxRank: st.MaxRank}
+	for _, rk := range st.Ranks {
+		c := append([]uint8(nil), rk...)
+		if c[0] != medusa.NoLabel {
+			c[0] = 0
+		}
+		o.Ranks = append(o.Ranks, c)
+	}
+	return o
+}

@@ -74,3 +74,24 @@ func fmtPath(p []int) string {
 	}
 	return s + "]"
 }
+
+func TestCeilingHelpers(t *testing.T) {
+	if n := len(allPaths(5, 2)); n != 2+4+8+16+32 {
+		t.Fatalf("allPaths(5, 2): %d paths", n)
+	}
+	all := newTrie(allPaths(2, 3), 3)
+	// every top-3 path of 2 heads: A: pos 0 accepts 2 -> pos 3 accepts 1 -> end (2 steps);
+	// B: pos 0 accepts 2 -> end (1 step): 6 tokens in 3 steps
+	if got := simulate(handStats, all); math.Abs(got-2) > 1e-12 {
+		t.Fatalf("simulate(all top-3) = %v, want 2", got)
+	}
+	// expected: accepted per labelled position A 2,1,2,1 B 2,1 = 9 over 6 positions
+	if got := expectedTau(handStats, all); math.Abs(got-(1+9.0/6)) > 1e-12 {
+		t.Fatalf("expectedTau = %v, want %v", got, 1+9.0/6)
+	}
+	// head 0 always right with the tree [0]: A: 0 -> 2 -> 4: 2 steps; B: 0 -> 2: 1 step... B has
+	// 2 decode tokens: pos 0 accepts 1 -> pos 2 (end): 1 step
+	if got := simulate(withHead0Oracle(handStats), newTrie([][]int{{0}}, 3)); math.Abs(got-6.0/3) > 1e-12 {
+		t.Fatalf("oracle head 0, tree [0]: %v, want 2", got)
+	}
+}
