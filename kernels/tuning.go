@@ -37,6 +37,12 @@ type Tuning struct {
 	// blocks than the device has SMs keep chunks of up to GemvMaxM tokens
 	// instead of spreading over more, smaller chunks (ops_wide.go).
 	NoGemvSpread bool
+	// GemvWideMin: GEMV launches of at least this many tokens (2..64,
+	// inputs K <= GemvWideMaxK) run the register-tiled kernels
+	// (ops_gemvw.go; same bits); 0: DefaultGemvWideMin; -1: never.
+	// GemvWideWarps (2, 4, 8) and GemvWideRows (2, 4) fix their warps per
+	// block and weight rows per warp (0: picked per launch).
+	GemvWideMin, GemvWideWarps, GemvWideRows int
 	// GemvPrefetch makes each GEMV block prefetch its weight rows to L2
 	// before loading its inputs: cost 9% of decode speed on an H100.
 	GemvPrefetch bool
@@ -104,6 +110,22 @@ func (t Tuning) withDefaults() (Tuning, error) {
 	default:
 		return bad("GemvWarps", t.GemvWarps)
 	}
+	switch {
+	case t.GemvWideMin == 0:
+		t.GemvWideMin = DefaultGemvWideMin
+	case t.GemvWideMin < -1:
+		return bad("GemvWideMin", t.GemvWideMin)
+	}
+	switch t.GemvWideWarps {
+	case 0, 2, 4, 8:
+	default:
+		return bad("GemvWideWarps", t.GemvWideWarps)
+	}
+	switch t.GemvWideRows {
+	case 0, 2, 4:
+	default:
+		return bad("GemvWideRows", t.GemvWideRows)
+	}
 	// knob: 0 takes def, else v must lie in [lo, hi]
 	for _, k := range []struct {
 		name        string
@@ -135,6 +157,9 @@ const (
 	EnvGemvWarps     = "SPECGATE_GEMV_WARPS"      // 8 | 4 | 2 | auto: GemvWarps
 	EnvGemvPrefetch  = "SPECGATE_GEMV_PREFETCH"   // "1": GemvPrefetch
 	EnvGemvSpread    = "SPECGATE_GEMV_SPREAD"     // "0": NoGemvSpread
+	EnvGemvWideMin   = "SPECGATE_GEMV_WIDE_MIN"   // -1 | 2..: GemvWideMin
+	EnvGemvWideWarps = "SPECGATE_GEMV_WIDE_WARPS" // 2 | 4 | 8: GemvWideWarps
+	EnvGemvWideRows  = "SPECGATE_GEMV_WIDE_ROWS"  // 2 | 4: GemvWideRows
 	EnvGemvRingBPS   = "SPECGATE_GEMV_RING_BPS"   // 0..8: GemvRingBlocksPerSM
 	EnvGemvRingWarps = "SPECGATE_GEMV_RING_WARPS" // 2..8: GemvRingWarps
 	EnvGemvRingMinK  = "SPECGATE_GEMV_RING_MINK"  // GemvRingMinK
@@ -186,6 +211,15 @@ func (t Tuning) WithEnv(getenv func(string) string) Tuning {
 	}
 	if getenv(EnvGemvSpread) == "0" {
 		t.NoGemvSpread = true
+	}
+	intIn(EnvGemvWideMin, -1, 1<<20, &t.GemvWideMin)
+	switch v := getenv(EnvGemvWideWarps); v {
+	case "2", "4", "8":
+		t.GemvWideWarps, _ = strconv.Atoi(v)
+	}
+	switch v := getenv(EnvGemvWideRows); v {
+	case "2", "4":
+		t.GemvWideRows, _ = strconv.Atoi(v)
 	}
 	intIn(EnvGemvRingBPS, 0, 8, &t.GemvRingBlocksPerSM)
 	intIn(EnvGemvRingWarps, 2, 8, &t.GemvRingWarps)

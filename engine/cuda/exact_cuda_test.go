@@ -14,6 +14,7 @@ import (
 
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/cuda"
+	"github.com/specgate/specgate/kernels"
 )
 
 // ctxTokens: a deterministic 100-token context for the shipped target.
@@ -32,7 +33,16 @@ func ctxTokens(n int) []int32 {
 // range) has the same bits as plain one-token decoding of that node's
 // path computes for its last token.
 func TestExactTreeMatchesPlainOnGPU(t *testing.T) {
-	m := loadGPU(t, "../../models/specgate-target")
+	for _, c := range []struct {
+		name string
+		t    kernels.Tuning
+	}{{"default", kernels.Tuning{}}, {"chunked", kernels.Tuning{GemvWideMin: -1}}, {"tiled", kernels.Tuning{GemvWideMin: 2}}} {
+		t.Run(c.name, func(t *testing.T) { testExactTreeMatchesPlain(t, c.t) })
+	}
+}
+
+func testExactTreeMatchesPlain(t *testing.T, tu kernels.Tuning) {
+	m := loadGPUOpt(t, "../../models/specgate-target", cuda.Options{Tuning: tu})
 	V := m.Config.VocabSize
 	prompt := ctxTokens(100)
 	r := rand.New(rand.NewPCG(11, 12))
@@ -126,7 +136,11 @@ func TestVerifyCostStagesOnGPU(t *testing.T) {
 		opt  cuda.Options
 	}
 	var base float64
-	for _, c := range []cfg{{"exact", cuda.Options{TimeSteps: true}}, {"fastverify", cuda.Options{TimeSteps: true, FastVerify: true}}} {
+	for _, c := range []cfg{{"exact", cuda.Options{TimeSteps: true}},
+		{"chunked", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: -1}}},
+		{"tiled9", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: 9}}},
+		{"tiled2", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: 2}}},
+		{"fastverify", cuda.Options{TimeSteps: true, FastVerify: true}}} {
 		m, be := load(c.opt)
 		s := m.NewSequence()
 		if _, err := s.Forward(ctxTokens(100), nil, []int32{}); err != nil {
@@ -166,13 +180,13 @@ func TestVerifyCostStagesOnGPU(t *testing.T) {
 			}
 			t.Logf("%-10s T=%2d%s", c.name, T, line)
 		}
-		if c.name != "exact" {
+		if c.name == "fastverify" {
 			s.Free()
 			continue
 		}
 		// stage profile: eager, PDL off (a separate backend)
 		s.Free()
-		mp, bp := load(cuda.Options{NoPDL: true})
+		mp, bp := load(cuda.Options{NoPDL: true, Tuning: c.opt.Tuning})
 		sp := mp.NewSequence()
 		if _, err := sp.Forward(ctxTokens(100), nil, []int32{}); err != nil {
 			t.Fatal(err)
@@ -203,7 +217,7 @@ func TestVerifyCostStagesOnGPU(t *testing.T) {
 				sum += us
 				fmt.Fprintf(&b, " %s %.1f", nm, us)
 			}
-			t.Logf("stages T=%2d (eager, no PDL, µs per forward, summed over layers): total %.1f:%s", T, sum, b.String())
+			t.Logf("%s stages T=%2d (eager, no PDL, µs per forward, summed over layers): total %.1f:%s", c.name, T, sum, b.String())
 		}
 		bp.SetStageProfile(false)
 		sp.Free()

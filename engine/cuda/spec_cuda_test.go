@@ -18,8 +18,14 @@ import (
 // run). No GPU: skip, or fail under SPECGATE_EXPECT_GPU.
 func loadGPU(t *testing.T, dir string) *engine.Model {
 	t.Helper()
+	return loadGPUOpt(t, dir, cuda.Options{})
+}
+
+// loadGPUOpt is loadGPU with backend options.
+func loadGPUOpt(t *testing.T, dir string, o cuda.Options) *engine.Model {
+	t.Helper()
 	m, err := engine.Load(dir, engine.LoadOptions{KVTokens: 4096, DisablePrefixCache: true,
-		NewBackend: cuda.Factory(cuda.Options{})})
+		NewBackend: cuda.Factory(o)})
 	if err != nil {
 		if os.Getenv("SPECGATE_EXPECT_GPU") == "" {
 			t.Skipf("%s on CUDA: %v", dir, err)

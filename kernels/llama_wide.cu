@@ -1,0 +1,175 @@
+// Register-tiled GEMV for multi-token steps (round 7, exact tree
+// verification). Helpers (gemv_stage, RopeArgs, rope_rot, h2x2, ldg_stream,
+// pdl_*) come from llama.cu, which precedes this file in the compiled
+// source.
+//
+// gemv_wide<RW, TT, NORM, MODE>: the same GEMV as gemv<M, NORM, MODE> of
+// llama.cu (same modes, same arguments but the chunking), giving every
+// (row, token) exactly the bits the batch-1 kernels give: lane L of a warp
+// sums the row's 16-byte weight chunks L, L+32, L+64, ... in increasing
+// order, each chunk as 8 fmaf in column order from 0, then the 32 lane
+// partials are added in warp_sum's butterfly order (offsets 16, 8, 4, 2, 1),
+// then the norm scale, then the epilogue. What differs is the work per
+// warp: a warp holds its RW weight rows' chunks in registers (at most
+// GW_CPL chunks per lane and row: K <= 1024) for the whole kernel, loaded
+// once before pdl_wait, and runs over the block's token chunk TT tokens at
+// a time, so one weight load serves every token (the M <= 8 kernels read
+// the weights once per 8-token chunk and do one row per warp: 4 bytes of
+// shared memory read per FMA, here 4 / RW). The RW x TT partials of a tile
+// are reduced with a reduce-scatter over the same butterfly (each level
+// adds the same two partials as warp_sum does, lane L then holding one
+// (row, token) group): 31 shuffles per tile instead of 5 per value.
+// grid (ceil(N / (warps * RW)), ceil(mt / tc)), block warps * 32; dynamic
+// shared memory tc * K floats (the block's tokens [tc*y, tc*y + tc), staged
+// by gemv_stage).
+
+#define GW_CPL 4
+
+__host__ __device__ constexpr int gw_ilog2(int n) { return n <= 1 ? 0 : 1 + gw_ilog2(n / 2); }
+
+// gw_reduce: a[NV] per lane -> lane L holds, in a[0 .. NK), the warp sums
+// of values (L >> (5 - S)) * NK + [0, NK), S = log2(NV / NK). Bits equal
+// to warp_sum of each value: every level adds own + partner exactly as the
+// butterfly does (fp addition commutes, so whichever lane computes a sum
+// gets warp_sum's bits).
+template <int NV, int NK>
+__device__ __forceinline__ void gw_reduce(float (&a)[NV], int lane) {
+  constexpr int S = gw_ilog2(NV / NK);
+#pragma unroll
+  for (int s = 0; s < S; s++) {
+    const int o = 16 >> s, h = (NV >> s) >> 1;
+    const bool up = (lane & o) != 0;
+#pragma unroll
+    for (int i = 0; i < h; i++) {
+      const float send = up ? a[i] : a[i + h];
+      const float keep = up ? a[i + h] : a[i];
+      a[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+    }
+  }
+#pragma unroll
+  for (int o = 16 >> S; o > 0; o >>= 1)
+#pragma unroll
+    for (int i = 0; i < NK; i++) a[i] += __shfl_xor_sync(0xffffffffu, a[i], o);
+}
+
+template <int RW, int TT, int NORM, int MODE>
+__device__ void gemv_wide(const f16* __restrict__ W, const float* __restrict__ X, const int* __restrict__ xrow,
+                          const f16* __restrict__ nw, float eps, float* __restrict__ Y, int N, int K, int mt, int tc,
+                          RopeArgs ra) {
+  extern __shared__ float4 smem4[];
+  float* xs = (float*)smem4;
+  __shared__ float scale[64];
+  constexpr int R = MODE >= 2 ? 2 : 1;  // rows per unit; a warp's rows are whole units (RW even for R = 2)
+  constexpr int NV = RW * TT;
+  static_assert(NV <= 32 && (NV & (NV - 1)) == 0, "RW * TT must be a power of two <= 32");
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const int units = MODE >= 2 ? N / 2 : N;
+  const int row0 = (blockIdx.x * nwarps + warp) * RW;
+  const int nvec = K >> 3;
+  const int m0 = blockIdx.y * tc, mc = min(tc, mt - m0);
+  // The warp's weights, loaded once (they do not depend on earlier kernels).
+  uint4 q[RW][GW_CPL];
+#pragma unroll
+  for (int r = 0; r < RW; r++)
+#pragma unroll
+    for (int j = 0; j < GW_CPL; j++)
+      if (row0 + r < N && lane + 32 * j < nvec) q[r][j] = ldg_stream((const uint4*)(W + (size_t)(row0 + r) * K) + lane + 32 * j);
+  pdl_trigger();
+  pdl_wait();
+  const int* xr = xrow ? xrow + m0 : xrow;
+  const float* Xc = xrow ? X : X + (size_t)m0 * K;
+  gemv_stage<2, NORM>(Xc, xr, nw, eps, K, xs, scale, mc);
+  if (row0 >= N) return;
+  const int half = K >> 1;
+  for (int t0 = 0; t0 < mc; t0 += TT) {
+    float a[NV];
+#pragma unroll
+    for (int i = 0; i < NV; i++) a[i] = 0.f;
+#pragma unroll
+    for (int j = 0; j < GW_CPL; j++) {
+      if (lane + 32 * j >= nvec) break;
+      const int o = (lane + 32 * j) * 4;  // gemv_stage's layout: chunk c's halves at 4c and K/2 + 4c
+      float2 w[RW][4];
+#pragma unroll
+      for (int r = 0; r < RW; r++) {
+        w[r][0] = h2x2(q[r][j].x); w[r][1] = h2x2(q[r][j].y); w[r][2] = h2x2(q[r][j].z); w[r][3] = h2x2(q[r][j].w);
+      }
+#pragma unroll
+      for (int t = 0; t < TT; t++) {
+        const int m = min(t0 + t, mc - 1);  // past the chunk: a valid row, result not stored
+        const float4 x0 = *(const float4*)(xs + m * K + o), x1 = *(const float4*)(xs + m * K + half + o);
+#pragma unroll
+        for (int r = 0; r < RW; r++) {
+          float s = a[t * RW + r];
+          s = fmaf(w[r][0].x, x0.x, s); s = fmaf(w[r][0].y, x0.y, s); s = fmaf(w[r][1].x, x0.z, s); s = fmaf(w[r][1].y, x0.w, s);
+          s = fmaf(w[r][2].x, x1.x, s); s = fmaf(w[r][2].y, x1.y, s); s = fmaf(w[r][3].x, x1.z, s); s = fmaf(w[r][3].y, x1.w, s);
+          a[t * RW + r] = s;
+        }
+      }
+    }
+    gw_reduce<NV, R>(a, lane);
+    constexpr int S = gw_ilog2(NV / R);
+    const int g = lane >> (5 - S), i = g * R;  // value index t * RW + r of a[0]
+    const int t = i / RW, r = i - t * RW, row = row0 + r, m = t0 + t;
+    if (m >= mc || row >= N || (lane & ((32 >> S) - 1))) continue;  // one lane per group stores
+    float v0 = a[0], v1 = a[R - 1];
+    if (NORM) {
+      v0 *= scale[m];
+      v1 *= scale[m];
+    }
+    const size_t mg = (size_t)(m0 + m);  // token index within the launch
+    if (MODE == 0) Y[mg * N + row] = v0;
+    if (MODE == 1) Y[mg * N + row] = Y[mg * N + row] + v0;
+    if (MODE == 2) Y[mg * units + (row >> 1)] = v0 / (1.f + expf(-v0)) * v1;
+    if (MODE == 3) {
+      // gemv_store's MODE 3 for unit u = row / 2 and token mg
+      const int u = row >> 1, hf = ra.hd >> 1, kvdim = ra.nkv * ra.hd, qdim = ra.nh * ra.hd;
+      const int ropeUnits = (ra.nh + ra.nkv) * hf;
+      float* yr = Y + mg * N;
+      const size_t slot = (size_t)ra.slots[mg];
+      if (u < ropeUnits) {
+        const int h = u / hf, jj = u - h * hf;
+        const float minv = ra.inv_freq[u % hf];
+        float sn, cs;
+        sincosf((float)ra.pos[mg] * minv, &sn, &cs);
+        float o1, o2;
+        rope_rot(v0, v1, cs, sn, o1, o2);
+        yr[h * ra.hd + jj] = o1;
+        yr[h * ra.hd + jj + hf] = o2;
+        if (h >= ra.nh) {
+          float* kd = ra.kc + slot * kvdim + (h - ra.nh) * ra.hd;
+          kd[jj] = o1;
+          kd[jj + hf] = o2;
+        }
+      } else {
+        const int e = 2 * u - 2 * ropeUnits;
+        yr[qdim + kvdim + e] = v0;
+        yr[qdim + kvdim + e + 1] = v1;
+        ra.vc[slot * kvdim + e] = v0;
+        ra.vc[slot * kvdim + e + 1] = v1;
+      }
+    }
+  }
+}
+
+#define GW_ARGS const f16 *W, const float *X, const int *xrow, const f16 *nw, float eps, float *Y, int N, int K, int mt, int tc
+#define GW_INST(RW, TT)                                                                                       \
+  extern "C" __global__ void __launch_bounds__(256) gemv_norm_w##RW##x##TT(GW_ARGS) {                          \
+    gemv_wide<RW, TT, 1, 0>(W, X, xrow, nw, eps, Y, N, K, mt, tc, NO_ROPE);                                    \
+  }                                                                                                           \
+  extern "C" __global__ void __launch_bounds__(256) gemv_resid_w##RW##x##TT(GW_ARGS) {                         \
+    gemv_wide<RW, TT, 0, 1>(W, X, xrow, nw, eps, Y, N, K, mt, tc, NO_ROPE);                                    \
+  }                                                                                                           \
+  extern "C" __global__ void __launch_bounds__(256) gemv_plain_w##RW##x##TT(GW_ARGS) {                         \
+    gemv_wide<RW, TT, 0, 0>(W, X, xrow, nw, eps, Y, N, K, mt, tc, NO_ROPE);                                    \
+  }                                                                                                           \
+  extern "C" __global__ void __launch_bounds__(256) gemv_swiglu_w##RW##x##TT(GW_ARGS) {                        \
+    gemv_wide<RW, TT, 1, 2>(W, X, xrow, nw, eps, Y, N, K, mt, tc, NO_ROPE);                                    \
+  }                                                                                                           \
+  extern "C" __global__ void __launch_bounds__(256) gemv_qkv_rope_w##RW##x##TT(                                \
+      GW_ARGS, const int* pos, const int* slots, const float* inv_freq, float* kc, float* vc, int nh, int nkv,   \
+      int hd) {                                                                                               \
+    gemv_wide<RW, TT, 1, 3>(W, X, xrow, nw, eps, Y, N, K, mt, tc, RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd}); \
+  }
+GW_INST(4, 8)
+GW_INST(2, 8)

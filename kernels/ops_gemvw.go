@@ -1,0 +1,87 @@
+package kernels
+
+import "fmt"
+
+// Register-tiled GEMVs for multi-token steps (llama_wide.cu, round 7):
+// each warp keeps RW weight rows in registers (loaded once, before the PDL
+// wait) and runs over all of its block's tokens 8 at a time, so a weight
+// is read once per token chunk of up to 64 tokens instead of once per 8
+// tokens, and each input read from shared memory feeds RW rows. Every
+// (row, token) gets the bits the batch-1 kernels give it (same per-lane
+// chunk order, same butterfly), so plain decoding and exact tree steps
+// still agree bit for bit. Serves K <= GemvWideMaxK (weights held in
+// registers: at most 4 chunks of 8 per lane and row).
+
+// GemvWideMaxK is the largest input width the register-tiled GEMVs take.
+const GemvWideMaxK = 32 * 8 * 4
+
+// DefaultGemvWideMin is Tuning.GemvWideMin's default: the fewest tokens a
+// launch needs to run the register-tiled kernels.
+const DefaultGemvWideMin = 65
+
+// useGemvW reports whether a GEMV of M tokens over K inputs runs the
+// register-tiled kernels on this device.
+func (c *Ctx) useGemvW(M, K int) bool {
+	mn := c.d.tune.GemvWideMin
+	if mn < 0 || M < max(mn, 2) || K > GemvWideMaxK || K%8 != 0 {
+		return false
+	}
+	_, _, _, ok := c.gemvWShape(M, K, 1)
+	return ok
+}
+
+// gemvWShape picks the register-tiled launch of M tokens over K inputs and
+// rows weight rows: rw rows per warp (4, or 2 when 4 would leave most SMs
+// idle), warps per block, and tc tokens per block (a multiple of 8, the
+// token chunks as few as fill the SMs: each chunk re-reads the weights,
+// each row block re-stages the inputs).
+func (c *Ctx) gemvWShape(M, K, rows int) (rw, warps, tc int, ok bool) {
+	lim := c.d.MaxSmemOptin
+	if lim <= 0 {
+		lim = 48 << 10
+	}
+	maxTc := min(64, (lim-2048)/(K*4)) &^ 7
+	if maxTc < 8 {
+		return 0, 0, 0, false
+	}
+	sms := max(c.d.SMs, 1)
+	rw, warps = 4, 8
+	if w := c.d.tune.GemvWideWarps; w > 0 {
+		warps = w
+	}
+	blocksX := func() int { return (rows + warps*rw - 1) / (warps * rw) }
+	if c.d.tune.GemvWideWarps == 0 && blocksX()*((M+7)/8) < sms {
+		warps = 4
+	}
+	if c.d.tune.GemvWideRows > 0 {
+		rw = c.d.tune.GemvWideRows
+	} else if blocksX()*((M+7)/8) < sms/2 {
+		rw = 2
+	}
+	gx := blocksX()
+	nch := max((M+maxTc-1)/maxTc, min((M+7)/8, (sms+gx-1)/gx))
+	tc = ((M+nch-1)/nch + 7) &^ 7
+	return rw, warps, min(tc, maxTc), true
+}
+
+// gemvW launches the register-tiled GEMV named prefix ("gemv_norm", ...,
+// "gemv_qkv_rope") over M tokens with rows weight rows; extra are the
+// MODE 3 arguments.
+func (c *Ctx) gemvW(prefix string, W, X, xrow, nw DevicePtr, eps float32, Y DevicePtr, M, N, K, rows int, extra ...uint64) error {
+	rw, warps, tc, ok := c.gemvWShape(M, K, rows)
+	if !ok {
+		return fmt.Errorf("%s wide M=%d K=%d: %w", prefix, M, K, ErrBadArg)
+	}
+	name := fmt.Sprintf("%s_w%dx8", prefix, rw)
+	f, err := c.Func(name)
+	if err != nil {
+		return err
+	}
+	smem := tc * K * 4
+	if err := c.smemAttr(name, f, smem); err != nil {
+		return err
+	}
+	grid := Dim3{uint32((rows + warps*rw - 1) / (warps * rw)), uint32((M + tc - 1) / tc), 1}
+	args := append([]uint64{P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), I(M), I(tc)}, extra...)
+	return c.launchPDL(f, grid, Dim3{uint32(32 * warps), 1, 1}, smem, args...)
+}
