@@ -326,7 +326,7 @@ func TestRopeAttention(t *testing.T) {
 	}
 	for _, c0 := range []tc{{64, 4, 2, 5, 3, false}, {128, 8, 2, 0, 6, false}, {64, 4, 1, 1500, 2, false},
 		{64, 4, 4, 7, 7, true}, {32, 2, 1, 3, 40, true}, {8, 6, 2, 9, 5, true}, {16, 2, 1, 2, 4, false}, {256, 2, 2, 4, 3, false},
-		{64, 4, 2, 300, 8, true}, {128, 4, 1, 97, 5, false}} {
+		{64, 4, 2, 300, 8, true}, {128, 4, 1, 97, 5, false}, {64, 6, 2, 100, 33, true}, {64, 6, 2, 700, 9, true}} {
 		hd, nh, nkv, nc, n := c0.hd, c0.nh, c0.nkv, c0.cached, c0.n
 		kvdim, qdim := nkv*hd, nh*hd
 		qkvdim := qdim + 2*kvdim
@@ -449,65 +449,76 @@ func TestRopeAttention(t *testing.T) {
 				}
 			}
 		}
-		err := d.Do(func(c *Ctx) error {
-			t := fatalPanics{t} // t.Fatal must not run on the GPU worker
-			dqkv, dkc, dvc := devBuf(t, c, qkv, 4), devBuf(t, c, kc, 4), devBuf(t, c, vc, 4)
-			dpos, dslots, dinv := devBuf(t, c, pos, 4), devBuf(t, c, slots, 4), devBuf(t, c, inv, 4)
-			m := AttnMeta{SlotList: devBuf(t, c, slotList, 4), KVOff: devBuf(t, c, kvoff, 4), KVLen: devBuf(t, c, kvlen, 4),
-				Cached: devBuf(t, c, cached, 4), MaskOff: devBuf(t, c, maskoff, 4), Mask: devBuf(t, c, mask, 4)}
-			out := poisoned(t, c, n*qdim)
-			if err := c.RopeAppend(dqkv, dpos, dslots, dinv, dkc, dvc, n, nh, nkv, hd); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Attention(dqkv, out, dkc, dvc, m, n, nh, nkv, hd, float32(scale)); err != nil {
-				t.Fatal(err)
-			}
-			got := make([]float32, n*qdim)
-			if err := Download(c, got, out); err != nil {
-				t.Fatal(err)
-			}
-			if e := relErr(got, want); e > 1e-5 {
-				t.Errorf("%+v: attention rel err %.3g", c0, e)
-			}
-			// Batch invariance (split attention included): each token alone
-			// gives the same bits as in the batch, also when the launch has
-			// only the split blocks its key count needs (MaxLen).
-			one := make([]float32, qdim)
-			for ti := 0; ti < 2*n; ti++ {
-				o := DevicePtr(4 * (ti % n))
-				mi := AttnMeta{SlotList: m.SlotList, KVOff: m.KVOff + o, KVLen: m.KVLen + o, Cached: m.Cached + o,
-					MaskOff: m.MaskOff + o, Mask: m.Mask}
-				if ti >= n {
-					mi.MaxLen = int(kvlen[ti-n])
-				}
-				ti := ti % n
-				if err := c.Attention(dqkv+DevicePtr(4*ti*qkvdim), out, dkc, dvc, mi, 1, nh, nkv, hd, float32(scale)); err != nil {
+		// The batch launch with the per-head kernel, then with the grouped
+		// one (ops_gemvw.go; one-token launches keep the per-head kernel).
+		for _, group := range []int{-1, 2} {
+			err := d.Do(func(c *Ctx) error {
+				t := fatalPanics{t} // t.Fatal must not run on the GPU worker
+				tu := c.d.tune
+				tu.AttnGroupMin = group
+				prevT, err := c.SetTuning(tu)
+				if err != nil {
 					t.Fatal(err)
 				}
-				if err := Download(c, one, out); err != nil {
+				defer c.SetTuning(prevT)
+				dqkv, dkc, dvc := devBuf(t, c, qkv, 4), devBuf(t, c, kc, 4), devBuf(t, c, vc, 4)
+				dpos, dslots, dinv := devBuf(t, c, pos, 4), devBuf(t, c, slots, 4), devBuf(t, c, inv, 4)
+				m := AttnMeta{SlotList: devBuf(t, c, slotList, 4), KVOff: devBuf(t, c, kvoff, 4), KVLen: devBuf(t, c, kvlen, 4),
+					Cached: devBuf(t, c, cached, 4), MaskOff: devBuf(t, c, maskoff, 4), Mask: devBuf(t, c, mask, 4)}
+				out := poisoned(t, c, n*qdim)
+				if err := c.RopeAppend(dqkv, dpos, dslots, dinv, dkc, dvc, n, nh, nkv, hd); err != nil {
 					t.Fatal(err)
 				}
-				for e, v := range one {
-					if math.Float32bits(v) != math.Float32bits(got[ti*qdim+e]) {
-						t.Errorf("%+v: token %d alone differs from its batch at %d: %g vs %g", c0, ti, e, v, got[ti*qdim+e])
-						break
+				if err := c.Attention(dqkv, out, dkc, dvc, m, n, nh, nkv, hd, float32(scale)); err != nil {
+					t.Fatal(err)
+				}
+				got := make([]float32, n*qdim)
+				if err := Download(c, got, out); err != nil {
+					t.Fatal(err)
+				}
+				if e := relErr(got, want); e > 1e-5 {
+					t.Errorf("%+v group %d: attention rel err %.3g", c0, group, e)
+				}
+				// Batch invariance (split attention included): each token alone
+				// gives the same bits as in the batch, also when the launch has
+				// only the split blocks its key count needs (MaxLen).
+				one := make([]float32, qdim)
+				for ti := 0; ti < 2*n; ti++ {
+					o := DevicePtr(4 * (ti % n))
+					mi := AttnMeta{SlotList: m.SlotList, KVOff: m.KVOff + o, KVLen: m.KVLen + o, Cached: m.Cached + o,
+						MaskOff: m.MaskOff + o, Mask: m.Mask}
+					if ti >= n {
+						mi.MaxLen = int(kvlen[ti-n])
+					}
+					ti := ti % n
+					if err := c.Attention(dqkv+DevicePtr(4*ti*qkvdim), out, dkc, dvc, mi, 1, nh, nkv, hd, float32(scale)); err != nil {
+						t.Fatal(err)
+					}
+					if err := Download(c, one, out); err != nil {
+						t.Fatal(err)
+					}
+					for e, v := range one {
+						if math.Float32bits(v) != math.Float32bits(got[ti*qdim+e]) {
+							t.Errorf("%+v group %d: token %d alone differs from its batch at %d: %g vs %g", c0, group, ti, e, v, got[ti*qdim+e])
+							break
+						}
 					}
 				}
-			}
-			gk := make([]float32, len(kc))
-			if err := Download(c, gk, dkc); err != nil {
+				gk := make([]float32, len(kc))
+				if err := Download(c, gk, dkc); err != nil {
+					t.Fatal(err)
+				}
+				if e := relErr(gk, kcRef); e > 1e-6 {
+					t.Errorf("%+v: K cache after rope_append rel err %.3g", c0, e)
+				}
+				for _, p := range []DevicePtr{dqkv, dkc, dvc, dpos, dslots, dinv, m.SlotList, m.KVOff, m.KVLen, m.Cached, m.MaskOff, m.Mask, out} {
+					c.Free(p)
+				}
+				return nil
+			})
+			if err != nil {
 				t.Fatal(err)
 			}
-			if e := relErr(gk, kcRef); e > 1e-6 {
-				t.Errorf("%+v: K cache after rope_append rel err %.3g", c0, e)
-			}
-			for _, p := range []DevicePtr{dqkv, dkc, dvc, dpos, dslots, dinv, m.SlotList, m.KVOff, m.KVLen, m.Cached, m.MaskOff, m.Mask, out} {
-				c.Free(p)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
 		}
 	}
 }

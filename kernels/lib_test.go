@@ -97,6 +97,7 @@ func TestTuningWithEnv(t *testing.T) {
 		{map[string]string{EnvAttnSplits: "1", EnvAttnKMin: "128"}, Tuning{AttnSplits: 1, AttnSplitMinKeys: 128}},
 		{map[string]string{EnvAttnSplits: "0", EnvAttnKMin: "x"}, Tuning{}},
 		{map[string]string{EnvGemvWideMin: "9", EnvGemvWideWarps: "4", EnvGemvWideRows: "2"}, Tuning{GemvWideMin: 9, GemvWideWarps: 4, GemvWideRows: 2}},
+		{map[string]string{EnvAttnGroupMin: "17"}, Tuning{AttnGroupMin: 17}},
 		{map[string]string{EnvGemvWideMin: "-3", EnvGemvWideWarps: "3", EnvGemvWideRows: "8"}, Tuning{}},
 		{map[string]string{EnvHandoffSpinUS: "0"}, Tuning{HandoffSpin: -1}},
 		{map[string]string{EnvHandoffSpinUS: "200"}, Tuning{HandoffSpin: 200 * time.Microsecond}},
@@ -116,7 +117,7 @@ func TestTuningDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Tuning{Gemv: GemvShallow, GemvI8: GemvI8Hybrid8, GemvWarps: 8, GemvRingWarps: 8, AttnSplits: 8,
-		AttnSplitMinKeys: 256, HandoffSpin: DefaultHandoffSpin, GemvWideMin: DefaultGemvWideMin}
+		AttnSplitMinKeys: 256, HandoffSpin: DefaultHandoffSpin, GemvWideMin: DefaultGemvWideMin, AttnGroupMin: DefaultAttnGroupMin}
 	if !reflect.DeepEqual(d, want) {
 		t.Fatalf("defaults %+v, want %+v", d, want)
 	}
@@ -130,7 +131,7 @@ func TestTuningDefaults(t *testing.T) {
 	}
 	for _, bad := range []Tuning{{Gemv: "fast"}, {GemvI8: GemvRing}, {GemvWarps: 3}, {GemvRingBlocksPerSM: 9},
 		{GemvRingWarps: 1}, {GemvRingMinK: -1}, {AttnSplits: 65}, {AttnSplits: -1}, {AttnSplitMinKeys: -4},
-		{GemvWideMin: -2}, {GemvWideWarps: 3}, {GemvWideRows: 8}} {
+		{GemvWideMin: -2}, {GemvWideWarps: 3}, {GemvWideRows: 8}, {AttnGroupMin: -5}} {
 		if _, err := bad.withDefaults(); !errors.Is(err, ErrBadArg) {
 			t.Errorf("%+v: err %v, want ErrBadArg", bad, err)
 		}

@@ -391,10 +391,13 @@ func (c *Ctx) Attention(qkv, out, kc, vc DevicePtr, m AttnMeta, T, nh, nkv, hd i
 	if T < 1 || nh < 1 || tc < 1 {
 		return fmt.Errorf("attention T=%d nh=%d hd=%d (split scratch too small): %w", T, nh, hd, ErrBadArg)
 	}
-	name := fmt.Sprintf("attention_hd%d", hd)
+	name, heads := fmt.Sprintf("attention_hd%d", hd), nh
+	if g := c.attnGroup(T, nh, nkv, hd); g > 1 { // all query heads of a KV head per block (ops_gemvw.go): same bits
+		name, heads = fmt.Sprintf("attention_g%d_hd%d", g, hd), nkv
+	}
 	for t0 := 0; t0 < T; t0 += tc {
 		n := min(tc, T-t0)
-		if err := c.launchByNamePDL(name, Dim3{uint32(n), uint32(nh), uint32(smax)}, Dim3{256, 1, 1}, 0,
+		if err := c.launchByNamePDL(name, Dim3{uint32(n), uint32(heads), uint32(smax)}, Dim3{256, 1, 1}, 0,
 			P(qkv), P(out), P(kc), P(vc), P(m.SlotList), P(m.KVOff), P(m.KVLen), P(m.Cached), P(m.MaskOff), P(m.Mask),
 			I(nh), I(nkv), F(scale), I(t0), I(smax), I(c.d.tune.AttnSplitMinKeys), P(c.d.attnPart), P(c.d.attnCnt),
 			I(b2i(!c.d.tune.NoAttnPreload)), P(m.TokIdx)); err != nil {

@@ -85,3 +85,31 @@ func (c *Ctx) gemvW(prefix string, W, X, xrow, nw DevicePtr, eps float32, Y Devi
 	args := append([]uint64{P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), I(M), I(tc)}, extra...)
 	return c.launchPDL(f, grid, Dim3{uint32(32 * warps), 1, 1}, smem, args...)
 }
+
+// Grouped attention (attention_g in llama_wide.cu): a launch of at least
+// Tuning.AttnGroupMin tokens runs all G = nh/nkv query heads of a KV head
+// in one block (grid T x nkv instead of T x nh), loading each key and
+// value row once for G heads, with every head's arithmetic that of the
+// per-head kernel (same bits). Built for head dims 64 and 128 with G in
+// attnGroups.
+
+// DefaultAttnGroupMin is Tuning.AttnGroupMin's default.
+const DefaultAttnGroupMin = 65
+
+var attnGroups = map[int][]int{64: {2, 3, 4}, 128: {2, 4}}
+
+// attnGroup is the heads per block of an attention launch of T tokens: G
+// when the grouped kernel serves it, else 1.
+func (c *Ctx) attnGroup(T, nh, nkv, hd int) int {
+	mn := c.d.tune.AttnGroupMin
+	if mn < 0 || T < mn || nkv < 1 || nh%nkv != 0 {
+		return 1
+	}
+	g := nh / nkv
+	for _, v := range attnGroups[hd] {
+		if v == g {
+			return g
+		}
+	}
+	return 1
+}

@@ -58,6 +58,10 @@ type Tuning struct {
 	// (1..64; 0: 8; 1 turns splitting off) and AttnSplitMinKeys the keys
 	// per split (0: 256). See Ctx.Attention.
 	AttnSplits, AttnSplitMinKeys int
+	// AttnGroupMin: attention launches of at least this many tokens run
+	// all query heads of a KV head in one block (ops_gemvw.go; same bits);
+	// 0: DefaultAttnGroupMin; -1: never.
+	AttnGroupMin int
 	// NoAttnPreload: attention waits for the QKV kernel before reading
 	// its metadata and cached keys (see Ctx.Attention).
 	NoAttnPreload bool
@@ -116,6 +120,12 @@ func (t Tuning) withDefaults() (Tuning, error) {
 	case t.GemvWideMin < -1:
 		return bad("GemvWideMin", t.GemvWideMin)
 	}
+	switch {
+	case t.AttnGroupMin == 0:
+		t.AttnGroupMin = DefaultAttnGroupMin
+	case t.AttnGroupMin < -1:
+		return bad("AttnGroupMin", t.AttnGroupMin)
+	}
 	switch t.GemvWideWarps {
 	case 0, 2, 4, 8:
 	default:
@@ -166,6 +176,7 @@ const (
 	EnvAttnSplits    = "SPECGATE_ATTN_SPLITS"     // 1..64: AttnSplits
 	EnvAttnKMin      = "SPECGATE_ATTN_KMIN"       // AttnSplitMinKeys
 	EnvAttnPreload   = "SPECGATE_ATTN_PRELOAD"    // "0": NoAttnPreload
+	EnvAttnGroupMin  = "SPECGATE_ATTN_GROUP_MIN"  // -1 | 1..: AttnGroupMin
 	PDLEnv           = "SPECGATE_PDL"             // "0": NoPDL
 	EnvHandoffSpinUS = "SPECGATE_GPU_SPIN_US"     // µs, 0: always block: HandoffSpin
 	KernelDefinesEnv = "SPECGATE_KERNEL_DEFINES"  // space-separated NVRTC options: KernelDefines
@@ -226,6 +237,7 @@ func (t Tuning) WithEnv(getenv func(string) string) Tuning {
 	intIn(EnvGemvRingMinK, 0, 1<<20, &t.GemvRingMinK)
 	intIn(EnvAttnSplits, 1, 64, &t.AttnSplits)
 	intIn(EnvAttnKMin, 1, 1<<20, &t.AttnSplitMinKeys)
+	intIn(EnvAttnGroupMin, -1, 1<<20, &t.AttnGroupMin)
 	if getenv(EnvAttnPreload) == "0" {
 		t.NoAttnPreload = true
 	}

@@ -36,15 +36,18 @@ func TestExactTreeMatchesPlainOnGPU(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		t    kernels.Tuning
-	}{{"default", kernels.Tuning{}}, {"chunked", kernels.Tuning{GemvWideMin: -1}}, {"tiled", kernels.Tuning{GemvWideMin: 2}}} {
-		t.Run(c.name, func(t *testing.T) { testExactTreeMatchesPlain(t, c.t) })
+		ctx  int
+	}{{"default", kernels.Tuning{}, 100}, {"chunked", kernels.Tuning{GemvWideMin: -1, AttnGroupMin: -1}, 100},
+		{"tiled", kernels.Tuning{GemvWideMin: 2, AttnGroupMin: -1}, 100}, {"tiled-grouped", kernels.Tuning{GemvWideMin: 2, AttnGroupMin: 2}, 100},
+		{"tiled-grouped-ctx600", kernels.Tuning{GemvWideMin: 2, AttnGroupMin: 2}, 600}} {
+		t.Run(c.name, func(t *testing.T) { testExactTreeMatchesPlain(t, c.t, c.ctx) })
 	}
 }
 
-func testExactTreeMatchesPlain(t *testing.T, tu kernels.Tuning) {
+func testExactTreeMatchesPlain(t *testing.T, tu kernels.Tuning, ctx int) {
 	m := loadGPUOpt(t, "../../models/specgate-target", cuda.Options{Tuning: tu})
 	V := m.Config.VocabSize
-	prompt := ctxTokens(100)
+	prompt := ctxTokens(ctx)
 	r := rand.New(rand.NewPCG(11, 12))
 	for _, T := range []int{5, 8, 12, 33, 64} {
 		toks, par := make([]int32, T), make([]int32, T)
@@ -140,6 +143,8 @@ func TestVerifyCostStagesOnGPU(t *testing.T) {
 		{"chunked", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: -1}}},
 		{"tiled9", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: 9}}},
 		{"tiled2", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: 2}}},
+		{"tiled2-group2", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: 2, AttnGroupMin: 2}}},
+		{"tiled2-group24", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: 2, AttnGroupMin: 24}}},
 		{"fastverify", cuda.Options{TimeSteps: true, FastVerify: true}}} {
 		m, be := load(c.opt)
 		s := m.NewSequence()
