@@ -117,7 +117,7 @@ func TestTuningDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Tuning{Gemv: GemvShallow, GemvI8: GemvI8Hybrid8, GemvWarps: 8, GemvRingWarps: 8, AttnSplits: 8,
-		AttnSplitMinKeys: 256, HandoffSpin: DefaultHandoffSpin, GemvWideMin: DefaultGemvWideMin, AttnGroupMin: DefaultAttnGroupMin}
+		AttnSplitMinKeys: 256, HandoffSpin: DefaultHandoffSpin, GemvWideMin: DefaultGemvWideMin}
 	if !reflect.DeepEqual(d, want) {
 		t.Fatalf("defaults %+v, want %+v", d, want)
 	}

@@ -11,7 +11,7 @@
 // partials are added in warp_sum's butterfly order (offsets 16, 8, 4, 2, 1),
 // then the norm scale, then the epilogue. What differs is the work per
 // warp: a warp holds its RW weight rows' chunks in registers (at most
-// GW_CPL chunks per lane and row: K <= 1024) for the whole kernel, loaded
+// CPL chunks per lane and row: K <= 256 * CPL) for the whole kernel, loaded
 // once before pdl_wait, and runs over the block's token chunk TT tokens at
 // a time, so one weight load serves every token (the M <= 8 kernels read
 // the weights once per 8-token chunk and do one row per warp: 4 bytes of
@@ -21,11 +21,19 @@
 // (row, token) group): 31 shuffles per tile instead of 5 per value.
 // grid (ceil(N / (warps * RW)), ceil(mt / tc)), block warps * 32; dynamic
 // shared memory tc * K floats (the block's tokens [tc*y, tc*y + tc), staged
-// by gemv_stage).
-
-#define GW_CPL 4
+// by gw_stage) plus K halves (nw).
 
 __host__ __device__ constexpr int gw_ilog2(int n) { return n <= 1 ? 0 : 1 + gw_ilog2(n / 2); }
+
+// h2x2v: h2x2 as a volatile asm, so the compiler converts a weight chunk
+// where it is used (per token tile) instead of hoisting the conversions of
+// every chunk out of the tile loop (206 registers, one block per SM).
+__device__ __forceinline__ float2 h2x2v(u32 v) {
+  float2 r;
+  asm volatile("{.reg .f16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.f32.f16 %0, lo;\n\tcvt.f32.f16 %1, hi;}"
+               : "=f"(r.x), "=f"(r.y) : "r"(v));
+  return r;
+}
 
 // gw_reduce: a[NV] per lane -> lane L holds, in a[0 .. NK), the warp sums
 // of values (L >> (5 - S)) * NK + [0, NK), S = log2(NV / NK). Bits equal
@@ -52,7 +60,52 @@ __device__ __forceinline__ void gw_reduce(float (&a)[NV], int lane) {
     for (int i = 0; i < NK; i++) a[i] += __shfl_xor_sync(0xffffffffu, a[i], o);
 }
 
-template <int RW, int TT, int NORM, int MODE>
+// gw_stage: gemv_stage's result (xs = x * nw in its halves layout, scale[m]
+// = rsqrt(mean(x^2) + eps) with the same per-lane order and warp_sum) in
+// one round trip to memory: the raw rows and nw are copied asynchronously
+// into shared memory (nws: K halves after the inputs), then the sums of
+// squares and the scaling run from shared memory.
+template <int NORM>
+__device__ __forceinline__ void gw_stage(const float* __restrict__ X, const int* __restrict__ xrow,
+                                         const f16* __restrict__ nw, float eps, int K, float* xs, f16* nws,
+                                         float* scale, int mc) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5, nt = blockDim.x;
+  const int k4n = K >> 2, half = K >> 1;
+  for (int idx = tid; idx < mc * k4n; idx += nt) {
+    const int m = idx / k4n, k4 = idx - m * k4n;
+    cp_async16(xs + m * K + ((k4 & 1) ? half : 0) + (k4 >> 1) * 4, X + (size_t)(xrow ? xrow[m] : m) * K + 4 * k4);
+  }
+  if (NORM)
+    for (int i = tid; i < (K >> 3); i += nt) cp_async16(nws + 8 * i, nw + 8 * i);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  if (!NORM) return;
+  for (int m = warp; m < mc; m += nwarps) {
+    const float* row = xs + m * K;
+    float ss = 0.f;
+    for (int k = lane * 4; k < K; k += 128) {  // gemv_stage's order: columns lane*4 + 128 i, increasing
+      const int k4 = k >> 2;
+      const float4 v = *(const float4*)(row + ((k4 & 1) ? half : 0) + (k4 >> 1) * 4);
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    ss = warp_sum(ss);
+    if (lane == 0) scale[m] = rsqrtf(ss / (float)K + eps);
+  }
+  __syncthreads();
+  for (int idx = tid; idx < mc * k4n; idx += nt) {
+    const int m = idx / k4n, k4 = idx - m * k4n;
+    float4* p = (float4*)(xs + m * K + ((k4 & 1) ? half : 0) + (k4 >> 1) * 4);
+    const uint2 g = *(const uint2*)(nws + 4 * k4);
+    const float2 g0 = h2x2(g.x), g1 = h2x2(g.y);
+    float4 v = *p;
+    v.x *= g0.x; v.y *= g0.y; v.z *= g1.x; v.w *= g1.y;
+    *p = v;
+  }
+  __syncthreads();
+}
+
+template <int RW, int TT, int CPL, int NORM, int MODE>
 __device__ void gemv_wide(const f16* __restrict__ W, const float* __restrict__ X, const int* __restrict__ xrow,
                           const f16* __restrict__ nw, float eps, float* __restrict__ Y, int N, int K, int mt, int tc,
                           RopeArgs ra) {
@@ -68,17 +121,17 @@ __device__ void gemv_wide(const f16* __restrict__ W, const float* __restrict__ X
   const int nvec = K >> 3;
   const int m0 = blockIdx.y * tc, mc = min(tc, mt - m0);
   // The warp's weights, loaded once (they do not depend on earlier kernels).
-  uint4 q[RW][GW_CPL];
+  uint4 q[RW][CPL];
 #pragma unroll
   for (int r = 0; r < RW; r++)
 #pragma unroll
-    for (int j = 0; j < GW_CPL; j++)
+    for (int j = 0; j < CPL; j++)
       if (row0 + r < N && lane + 32 * j < nvec) q[r][j] = ldg_stream((const uint4*)(W + (size_t)(row0 + r) * K) + lane + 32 * j);
   pdl_trigger();
   pdl_wait();
   const int* xr = xrow ? xrow + m0 : xrow;
   const float* Xc = xrow ? X : X + (size_t)m0 * K;
-  gemv_stage<2, NORM>(Xc, xr, nw, eps, K, xs, scale, mc);
+  gw_stage<NORM>(Xc, xr, nw, eps, K, xs, (f16*)(xs + tc * K), scale, mc);
   if (row0 >= N) return;
   const int half = K >> 1;
   for (int t0 = 0; t0 < mc; t0 += TT) {
@@ -86,13 +139,13 @@ __device__ void gemv_wide(const f16* __restrict__ W, const float* __restrict__ X
 #pragma unroll
     for (int i = 0; i < NV; i++) a[i] = 0.f;
 #pragma unroll
-    for (int j = 0; j < GW_CPL; j++) {
+    for (int j = 0; j < CPL; j++) {
       if (lane + 32 * j >= nvec) break;
       const int o = (lane + 32 * j) * 4;  // gemv_stage's layout: chunk c's halves at 4c and K/2 + 4c
       float2 w[RW][4];
 #pragma unroll
       for (int r = 0; r < RW; r++) {
-        w[r][0] = h2x2(q[r][j].x); w[r][1] = h2x2(q[r][j].y); w[r][2] = h2x2(q[r][j].z); w[r][3] = h2x2(q[r][j].w);
+        w[r][0] = h2x2v(q[r][j].x); w[r][1] = h2x2v(q[r][j].y); w[r][2] = h2x2v(q[r][j].z); w[r][3] = h2x2v(q[r][j].w);
       }
 #pragma unroll
       for (int t = 0; t < TT; t++) {
@@ -153,26 +206,27 @@ __device__ void gemv_wide(const f16* __restrict__ W, const float* __restrict__ X
 }
 
 #define GW_ARGS const f16 *W, const float *X, const int *xrow, const f16 *nw, float eps, float *Y, int N, int K, int mt, int tc
-#define GW_INST(RW, TT)                                                                                       \
-  extern "C" __global__ void __launch_bounds__(256) gemv_norm_w##RW##x##TT(GW_ARGS) {                          \
-    gemv_wide<RW, TT, 1, 0>(W, X, xrow, nw, eps, Y, N, K, mt, tc, NO_ROPE);                                    \
+#define GW_INST(RW, CPL)                                                                                      \
+  extern "C" __global__ void __launch_bounds__(256, 2) gemv_norm_w##RW##c##CPL(GW_ARGS) {                      \
+    gemv_wide<RW, 8, CPL, 1, 0>(W, X, xrow, nw, eps, Y, N, K, mt, tc, NO_ROPE);                                \
   }                                                                                                           \
-  extern "C" __global__ void __launch_bounds__(256) gemv_resid_w##RW##x##TT(GW_ARGS) {                         \
-    gemv_wide<RW, TT, 0, 1>(W, X, xrow, nw, eps, Y, N, K, mt, tc, NO_ROPE);                                    \
+  extern "C" __global__ void __launch_bounds__(256, 2) gemv_resid_w##RW##c##CPL(GW_ARGS) {                     \
+    gemv_wide<RW, 8, CPL, 0, 1>(W, X, xrow, nw, eps, Y, N, K, mt, tc, NO_ROPE);                                \
   }                                                                                                           \
-  extern "C" __global__ void __launch_bounds__(256) gemv_plain_w##RW##x##TT(GW_ARGS) {                         \
-    gemv_wide<RW, TT, 0, 0>(W, X, xrow, nw, eps, Y, N, K, mt, tc, NO_ROPE);                                    \
+  extern "C" __global__ void __launch_bounds__(256, 2) gemv_plain_w##RW##c##CPL(GW_ARGS) {                     \
+    gemv_wide<RW, 8, CPL, 0, 0>(W, X, xrow, nw, eps, Y, N, K, mt, tc, NO_ROPE);                                \
   }                                                                                                           \
-  extern "C" __global__ void __launch_bounds__(256) gemv_swiglu_w##RW##x##TT(GW_ARGS) {                        \
-    gemv_wide<RW, TT, 1, 2>(W, X, xrow, nw, eps, Y, N, K, mt, tc, NO_ROPE);                                    \
+  extern "C" __global__ void __launch_bounds__(256, 2) gemv_swiglu_w##RW##c##CPL(GW_ARGS) {                    \
+    gemv_wide<RW, 8, CPL, 1, 2>(W, X, xrow, nw, eps, Y, N, K, mt, tc, NO_ROPE);                                \
   }                                                                                                           \
-  extern "C" __global__ void __launch_bounds__(256) gemv_qkv_rope_w##RW##x##TT(                                \
+  extern "C" __global__ void __launch_bounds__(256, 2) gemv_qkv_rope_w##RW##c##CPL(                            \
       GW_ARGS, const int* pos, const int* slots, const float* inv_freq, float* kc, float* vc, int nh, int nkv,   \
       int hd) {                                                                                               \
-    gemv_wide<RW, TT, 1, 3>(W, X, xrow, nw, eps, Y, N, K, mt, tc, RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd}); \
+    gemv_wide<RW, 8, CPL, 1, 3>(W, X, xrow, nw, eps, Y, N, K, mt, tc, RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd}); \
   }
-GW_INST(4, 8)
-GW_INST(2, 8)
+GW_INST(4, 2)
+GW_INST(2, 2)
+GW_INST(2, 4)
 
 // ---------------------------------------------------------------------------
 // attention_g<HD, G>: attention<HD> of llama.cu (same arguments, same

@@ -26,26 +26,30 @@ func (c *Ctx) useGemvW(M, K int) bool {
 	if mn < 0 || M < max(mn, 2) || K > GemvWideMaxK || K%8 != 0 {
 		return false
 	}
-	_, _, _, ok := c.gemvWShape(M, K, 1)
+	_, _, _, _, ok := c.gemvWShape(M, K, 1)
 	return ok
 }
 
 // gemvWShape picks the register-tiled launch of M tokens over K inputs and
-// rows weight rows: rw rows per warp (4, or 2 when 4 would leave most SMs
-// idle), warps per block, and tc tokens per block (a multiple of 8, the
-// token chunks as few as fill the SMs: each chunk re-reads the weights,
-// each row block re-stages the inputs).
-func (c *Ctx) gemvWShape(M, K, rows int) (rw, warps, tc int, ok bool) {
+// rows weight rows: rw rows per warp and cpl chunks per lane and row (K <=
+// 512: 4 rows of 2 chunks, or 2 rows when 4 would leave most SMs idle;
+// else 2 rows of 4 chunks), warps per block, and tc tokens per block (a
+// multiple of 8, the token chunks as few as fill the SMs: each chunk
+// re-reads the weights, each row block re-stages the inputs).
+func (c *Ctx) gemvWShape(M, K, rows int) (rw, cpl, warps, tc int, ok bool) {
 	lim := c.d.MaxSmemOptin
 	if lim <= 0 {
 		lim = 48 << 10
 	}
-	maxTc := min(64, (lim-2048)/(K*4)) &^ 7
-	if maxTc < 8 {
-		return 0, 0, 0, false
+	maxTc := min(64, (lim-2048-K*2)/(K*4)) &^ 7
+	if maxTc < 8 || K > GemvWideMaxK {
+		return 0, 0, 0, 0, false
 	}
 	sms := max(c.d.SMs, 1)
-	rw, warps = 4, 8
+	rw, cpl, warps = 4, 2, 8
+	if K > 512 {
+		rw, cpl = 2, 4
+	}
 	if w := c.d.tune.GemvWideWarps; w > 0 {
 		warps = w
 	}
@@ -53,31 +57,31 @@ func (c *Ctx) gemvWShape(M, K, rows int) (rw, warps, tc int, ok bool) {
 	if c.d.tune.GemvWideWarps == 0 && blocksX()*((M+7)/8) < sms {
 		warps = 4
 	}
-	if c.d.tune.GemvWideRows > 0 {
-		rw = c.d.tune.GemvWideRows
+	if v := c.d.tune.GemvWideRows; v > 0 {
+		rw = min(v, 8/cpl)
 	} else if blocksX()*((M+7)/8) < sms/2 {
 		rw = 2
 	}
 	gx := blocksX()
 	nch := max((M+maxTc-1)/maxTc, min((M+7)/8, (sms+gx-1)/gx))
 	tc = ((M+nch-1)/nch + 7) &^ 7
-	return rw, warps, min(tc, maxTc), true
+	return rw, cpl, warps, min(tc, maxTc), true
 }
 
 // gemvW launches the register-tiled GEMV named prefix ("gemv_norm", ...,
 // "gemv_qkv_rope") over M tokens with rows weight rows; extra are the
 // MODE 3 arguments.
 func (c *Ctx) gemvW(prefix string, W, X, xrow, nw DevicePtr, eps float32, Y DevicePtr, M, N, K, rows int, extra ...uint64) error {
-	rw, warps, tc, ok := c.gemvWShape(M, K, rows)
+	rw, cpl, warps, tc, ok := c.gemvWShape(M, K, rows)
 	if !ok {
 		return fmt.Errorf("%s wide M=%d K=%d: %w", prefix, M, K, ErrBadArg)
 	}
-	name := fmt.Sprintf("%s_w%dx8", prefix, rw)
+	name := fmt.Sprintf("%s_w%dc%d", prefix, rw, cpl)
 	f, err := c.Func(name)
 	if err != nil {
 		return err
 	}
-	smem := tc * K * 4
+	smem := tc*K*4 + K*2
 	if err := c.smemAttr(name, f, smem); err != nil {
 		return err
 	}
@@ -86,15 +90,19 @@ func (c *Ctx) gemvW(prefix string, W, X, xrow, nw DevicePtr, eps float32, Y Devi
 	return c.launchPDL(f, grid, Dim3{uint32(32 * warps), 1, 1}, smem, args...)
 }
 
-// Grouped attention (attention_g in llama_wide.cu): a launch of at least
-// Tuning.AttnGroupMin tokens runs all G = nh/nkv query heads of a KV head
-// in one block (grid T x nkv instead of T x nh), loading each key and
-// value row once for G heads, with every head's arithmetic that of the
-// per-head kernel (same bits). Built for head dims 64 and 128 with G in
-// attnGroups.
-
-// DefaultAttnGroupMin is Tuning.AttnGroupMin's default.
-const DefaultAttnGroupMin = 65
+// Grouped attention (attention_g in llama_wide.cu): all G = nh/nkv query
+// heads of a KV head in one block (grid T x nkv instead of T x nh), each
+// key and value row loaded once for G heads, every head's arithmetic that
+// of the per-head kernel (same bits: TestRopeAttention, and
+// TestExactTreeMatchesPlainOnGPU at contexts of 100 and 600 keys). The
+// per-head kernel holds 238 registers (one 256-thread block per SM), so a
+// launch of more than one block per SM runs in waves: by default
+// (Tuning.AttnGroupMin 0) the grouped kernel runs when T x nh exceeds the
+// SMs. Measured on an H100 (docs/cuda.md round 7, shipped target, context
+// 100, 6 layers, eager): per-head / grouped 53.8 / 68.9 µs at 17 tokens
+// (one wave: grouping only serialises heads), 77.1 / 70.0 at 24, 84.5 /
+// 71.2 at 33, 130.0 / 86.1 at 64. Built for head dims 64 and 128 with G
+// in attnGroups.
 
 var attnGroups = map[int][]int{64: {2, 3, 4}, 128: {2, 4}}
 
@@ -102,7 +110,12 @@ var attnGroups = map[int][]int{64: {2, 3, 4}, 128: {2, 4}}
 // when the grouped kernel serves it, else 1.
 func (c *Ctx) attnGroup(T, nh, nkv, hd int) int {
 	mn := c.d.tune.AttnGroupMin
-	if mn < 0 || T < mn || nkv < 1 || nh%nkv != 0 {
+	switch {
+	case mn < 0 || nkv < 1 || nh%nkv != 0 || nh == nkv:
+		return 1
+	case mn == 0 && T*nh <= max(c.d.SMs, 1):
+		return 1
+	case mn > 0 && T < mn:
 		return 1
 	}
 	g := nh / nkv

@@ -60,7 +60,7 @@ type Tuning struct {
 	AttnSplits, AttnSplitMinKeys int
 	// AttnGroupMin: attention launches of at least this many tokens run
 	// all query heads of a KV head in one block (ops_gemvw.go; same bits);
-	// 0: DefaultAttnGroupMin; -1: never.
+	// 0: those whose tokens x heads exceed the SMs; -1: never.
 	AttnGroupMin int
 	// NoAttnPreload: attention waits for the QKV kernel before reading
 	// its metadata and cached keys (see Ctx.Attention).
@@ -120,10 +120,7 @@ func (t Tuning) withDefaults() (Tuning, error) {
 	case t.GemvWideMin < -1:
 		return bad("GemvWideMin", t.GemvWideMin)
 	}
-	switch {
-	case t.AttnGroupMin == 0:
-		t.AttnGroupMin = DefaultAttnGroupMin
-	case t.AttnGroupMin < -1:
+	if t.AttnGroupMin < -1 {
 		return bad("AttnGroupMin", t.AttnGroupMin)
 	}
 	switch t.GemvWideWarps {

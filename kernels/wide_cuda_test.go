@@ -31,6 +31,7 @@ var wideTunings = []struct {
 	{"tiled", Tuning{GemvWideMin: 2}},
 	{"tiled-r2w4", Tuning{GemvWideMin: 2, GemvWideRows: 2, GemvWideWarps: 4}},
 	{"tiled-r4w2", Tuning{GemvWideMin: 2, GemvWideRows: 4, GemvWideWarps: 2}},
+	{"tiled-from9", Tuning{GemvWideMin: 9}},
 }
 
 func testGemvWide(t *testing.T, tu Tuning) {
@@ -38,8 +39,8 @@ func testGemvWide(t *testing.T, tu Tuning) {
 	if tu.GemvWideMin > 0 && tu.GemvWideRows == 0 {
 		_ = d.Do(func(c *Ctx) error {
 			for _, p := range []string{"gemv_norm", "gemv_resid", "gemv_swiglu", "gemv_qkv_rope"} {
-				for _, rw := range []int{4, 2} {
-					name := fmt.Sprintf("%s_w%dx8", p, rw)
+				for _, v := range []string{"w4c2", "w2c2", "w2c4"} {
+					name := fmt.Sprintf("%s_%s", p, v)
 					regs, per, err := c.KernelInfo(name, 256, 64*384*4)
 					t.Logf("%s: %d registers, %d blocks of 256 threads per SM (96 KB of inputs), err %v", name, regs, per, err)
 				}

@@ -39,6 +39,7 @@ func TestExactTreeMatchesPlainOnGPU(t *testing.T) {
 		ctx  int
 	}{{"default", kernels.Tuning{}, 100}, {"chunked", kernels.Tuning{GemvWideMin: -1, AttnGroupMin: -1}, 100},
 		{"tiled", kernels.Tuning{GemvWideMin: 2, AttnGroupMin: -1}, 100}, {"tiled-grouped", kernels.Tuning{GemvWideMin: 2, AttnGroupMin: 2}, 100},
+		{"tiled-from9", kernels.Tuning{GemvWideMin: 9}, 100},
 		{"tiled-grouped-ctx600", kernels.Tuning{GemvWideMin: 2, AttnGroupMin: 2}, 600}} {
 		t.Run(c.name, func(t *testing.T) { testExactTreeMatchesPlain(t, c.t, c.ctx) })
 	}
@@ -140,11 +141,10 @@ func TestVerifyCostStagesOnGPU(t *testing.T) {
 	}
 	var base float64
 	for _, c := range []cfg{{"exact", cuda.Options{TimeSteps: true}},
-		{"chunked", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: -1}}},
-		{"tiled9", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: 9}}},
+		{"round6", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: -1, AttnGroupMin: -1}}},
 		{"tiled2", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: 2}}},
-		{"tiled2-group2", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: 2, AttnGroupMin: 2}}},
-		{"tiled2-group24", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: 2, AttnGroupMin: 24}}},
+		{"tiled9", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: 9}}},
+		{"tiled17", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: 17}}},
 		{"fastverify", cuda.Options{TimeSteps: true, FastVerify: true}}} {
 		m, be := load(c.opt)
 		s := m.NewSequence()
