@@ -142,9 +142,9 @@ func TestVerifyCostStagesOnGPU(t *testing.T) {
 	var base float64
 	for _, c := range []cfg{{"exact", cuda.Options{TimeSteps: true}},
 		{"round6", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: -1, AttnGroupMin: -1}}},
-		{"tiled2", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: 2}}},
 		{"tiled9", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: 9}}},
-		{"tiled17", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: 17}}},
+		{"tiled9-r2", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: 9, GemvWideRows: 2}}},
+		{"tiled9-r2w8", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: 9, GemvWideRows: 2, GemvWideWarps: 8}}},
 		{"fastverify", cuda.Options{TimeSteps: true, FastVerify: true}}} {
 		m, be := load(c.opt)
 		s := m.NewSequence()
