@@ -98,6 +98,8 @@ func TestTuningWithEnv(t *testing.T) {
 		{map[string]string{EnvAttnSplits: "0", EnvAttnKMin: "x"}, Tuning{}},
 		{map[string]string{EnvGemvWideMin: "9", EnvGemvWideWarps: "4", EnvGemvWideRows: "2"}, Tuning{GemvWideMin: 9, GemvWideWarps: 4, GemvWideRows: 2}},
 		{map[string]string{EnvAttnGroupMin: "17"}, Tuning{AttnGroupMin: 17}},
+		{map[string]string{EnvGemvWideTile: "4", EnvGemvChunkMax: "2"}, Tuning{GemvWideTile: 4, GemvChunkMax: 2}},
+		{map[string]string{EnvGemvWideTile: "3", EnvGemvChunkMax: "9"}, Tuning{}},
 		{map[string]string{EnvGemvWideMin: "-3", EnvGemvWideWarps: "3", EnvGemvWideRows: "8"}, Tuning{}},
 		{map[string]string{EnvHandoffSpinUS: "0"}, Tuning{HandoffSpin: -1}},
 		{map[string]string{EnvHandoffSpinUS: "200"}, Tuning{HandoffSpin: 200 * time.Microsecond}},
@@ -131,7 +133,7 @@ func TestTuningDefaults(t *testing.T) {
 	}
 	for _, bad := range []Tuning{{Gemv: "fast"}, {GemvI8: GemvRing}, {GemvWarps: 3}, {GemvRingBlocksPerSM: 9},
 		{GemvRingWarps: 1}, {GemvRingMinK: -1}, {AttnSplits: 65}, {AttnSplits: -1}, {AttnSplitMinKeys: -4},
-		{GemvWideMin: -2}, {GemvWideWarps: 3}, {GemvWideRows: 8}, {AttnGroupMin: -5}} {
+		{GemvWideMin: -2}, {GemvWideWarps: 3}, {GemvWideRows: 8}, {AttnGroupMin: -5}, {GemvWideTile: 2}, {GemvChunkMax: 9}} {
 		if _, err := bad.withDefaults(); !errors.Is(err, ErrBadArg) {
 			t.Errorf("%+v: err %v, want ErrBadArg", bad, err)
 		}

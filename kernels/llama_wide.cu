@@ -206,27 +206,30 @@ __device__ void gemv_wide(const f16* __restrict__ W, const float* __restrict__ X
 }
 
 #define GW_ARGS const f16 *W, const float *X, const int *xrow, const f16 *nw, float eps, float *Y, int N, int K, int mt, int tc
-#define GW_INST(RW, CPL)                                                                                      \
-  extern "C" __global__ void __launch_bounds__(256, 2) gemv_norm_w##RW##c##CPL(GW_ARGS) {                      \
-    gemv_wide<RW, 8, CPL, 1, 0>(W, X, xrow, nw, eps, Y, N, K, mt, tc, NO_ROPE);                                \
+#define GW_INST(RW, CPL, TT, SFX)                                                                             \
+  extern "C" __global__ void __launch_bounds__(256, 2) gemv_norm_w##RW##c##CPL##SFX(GW_ARGS) {                 \
+    gemv_wide<RW, TT, CPL, 1, 0>(W, X, xrow, nw, eps, Y, N, K, mt, tc, NO_ROPE);                               \
   }                                                                                                           \
-  extern "C" __global__ void __launch_bounds__(256, 2) gemv_resid_w##RW##c##CPL(GW_ARGS) {                     \
-    gemv_wide<RW, 8, CPL, 0, 1>(W, X, xrow, nw, eps, Y, N, K, mt, tc, NO_ROPE);                                \
+  extern "C" __global__ void __launch_bounds__(256, 2) gemv_resid_w##RW##c##CPL##SFX(GW_ARGS) {                \
+    gemv_wide<RW, TT, CPL, 0, 1>(W, X, xrow, nw, eps, Y, N, K, mt, tc, NO_ROPE);                               \
   }                                                                                                           \
-  extern "C" __global__ void __launch_bounds__(256, 2) gemv_plain_w##RW##c##CPL(GW_ARGS) {                     \
-    gemv_wide<RW, 8, CPL, 0, 0>(W, X, xrow, nw, eps, Y, N, K, mt, tc, NO_ROPE);                                \
+  extern "C" __global__ void __launch_bounds__(256, 2) gemv_plain_w##RW##c##CPL##SFX(GW_ARGS) {                \
+    gemv_wide<RW, TT, CPL, 0, 0>(W, X, xrow, nw, eps, Y, N, K, mt, tc, NO_ROPE);                               \
   }                                                                                                           \
-  extern "C" __global__ void __launch_bounds__(256, 2) gemv_swiglu_w##RW##c##CPL(GW_ARGS) {                    \
-    gemv_wide<RW, 8, CPL, 1, 2>(W, X, xrow, nw, eps, Y, N, K, mt, tc, NO_ROPE);                                \
+  extern "C" __global__ void __launch_bounds__(256, 2) gemv_swiglu_w##RW##c##CPL##SFX(GW_ARGS) {               \
+    gemv_wide<RW, TT, CPL, 1, 2>(W, X, xrow, nw, eps, Y, N, K, mt, tc, NO_ROPE);                               \
   }                                                                                                           \
-  extern "C" __global__ void __launch_bounds__(256, 2) gemv_qkv_rope_w##RW##c##CPL(                            \
+  extern "C" __global__ void __launch_bounds__(256, 2) gemv_qkv_rope_w##RW##c##CPL##SFX(                       \
       GW_ARGS, const int* pos, const int* slots, const float* inv_freq, float* kc, float* vc, int nh, int nkv,   \
       int hd) {                                                                                               \
-    gemv_wide<RW, 8, CPL, 1, 3>(W, X, xrow, nw, eps, Y, N, K, mt, tc, RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd}); \
+    gemv_wide<RW, TT, CPL, 1, 3>(W, X, xrow, nw, eps, Y, N, K, mt, tc, RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd}); \
   }
-GW_INST(4, 2)
-GW_INST(2, 2)
-GW_INST(2, 4)
+GW_INST(4, 2, 8, )
+GW_INST(2, 2, 8, )
+GW_INST(2, 4, 8, )
+GW_INST(4, 2, 4, t4)
+GW_INST(2, 2, 4, t4)
+GW_INST(2, 4, 4, t4)
 
 // ---------------------------------------------------------------------------
 // attention_g<HD, G>: attention<HD> of llama.cu (same arguments, same

@@ -77,6 +77,9 @@ func (c *Ctx) gemvW(prefix string, W, X, xrow, nw DevicePtr, eps float32, Y Devi
 		return fmt.Errorf("%s wide M=%d K=%d: %w", prefix, M, K, ErrBadArg)
 	}
 	name := fmt.Sprintf("%s_w%dc%d", prefix, rw, cpl)
+	if c.d.tune.GemvWideTile == 4 {
+		name += "t4"
+	}
 	f, err := c.Func(name)
 	if err != nil {
 		return err

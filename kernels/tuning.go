@@ -43,6 +43,13 @@ type Tuning struct {
 	// GemvWideWarps (2, 4, 8) and GemvWideRows (2, 4) fix their warps per
 	// block and weight rows per warp (0: picked per launch).
 	GemvWideMin, GemvWideWarps, GemvWideRows int
+	// GemvWideTile is the register-tiled GEMVs' tokens per tile: 8 (0) or
+	// 4 (fewer registers).
+	GemvWideTile int
+	// GemvChunkMax caps the token chunk of the M <= 8 GEMV kernels in a
+	// multi-token launch (1..8; 0: 8): smaller chunks, more blocks, the
+	// weights read once per chunk. Same bits.
+	GemvChunkMax int
 	// GemvPrefetch makes each GEMV block prefetch its weight rows to L2
 	// before loading its inputs: cost 9% of decode speed on an H100.
 	GemvPrefetch bool
@@ -128,6 +135,14 @@ func (t Tuning) withDefaults() (Tuning, error) {
 	default:
 		return bad("GemvWideWarps", t.GemvWideWarps)
 	}
+	switch t.GemvWideTile {
+	case 0, 4, 8:
+	default:
+		return bad("GemvWideTile", t.GemvWideTile)
+	}
+	if t.GemvChunkMax < 0 || t.GemvChunkMax > GemvMaxM {
+		return bad("GemvChunkMax", t.GemvChunkMax)
+	}
 	switch t.GemvWideRows {
 	case 0, 2, 4:
 	default:
@@ -167,6 +182,8 @@ const (
 	EnvGemvWideMin   = "SPECGATE_GEMV_WIDE_MIN"   // -1 | 2..: GemvWideMin
 	EnvGemvWideWarps = "SPECGATE_GEMV_WIDE_WARPS" // 2 | 4 | 8: GemvWideWarps
 	EnvGemvWideRows  = "SPECGATE_GEMV_WIDE_ROWS"  // 2 | 4: GemvWideRows
+	EnvGemvWideTile  = "SPECGATE_GEMV_WIDE_TILE"  // 4 | 8: GemvWideTile
+	EnvGemvChunkMax  = "SPECGATE_GEMV_CHUNK_MAX"  // 1..8: GemvChunkMax
 	EnvGemvRingBPS   = "SPECGATE_GEMV_RING_BPS"   // 0..8: GemvRingBlocksPerSM
 	EnvGemvRingWarps = "SPECGATE_GEMV_RING_WARPS" // 2..8: GemvRingWarps
 	EnvGemvRingMinK  = "SPECGATE_GEMV_RING_MINK"  // GemvRingMinK
@@ -229,6 +246,11 @@ func (t Tuning) WithEnv(getenv func(string) string) Tuning {
 	case "2", "4":
 		t.GemvWideRows, _ = strconv.Atoi(v)
 	}
+	switch v := getenv(EnvGemvWideTile); v {
+	case "4", "8":
+		t.GemvWideTile, _ = strconv.Atoi(v)
+	}
+	intIn(EnvGemvChunkMax, 1, GemvMaxM, &t.GemvChunkMax)
 	intIn(EnvGemvRingBPS, 0, 8, &t.GemvRingBlocksPerSM)
 	intIn(EnvGemvRingWarps, 2, 8, &t.GemvRingWarps)
 	intIn(EnvGemvRingMinK, 0, 1<<20, &t.GemvRingMinK)

@@ -32,6 +32,10 @@ var wideTunings = []struct {
 	{"tiled-r2w4", Tuning{GemvWideMin: 2, GemvWideRows: 2, GemvWideWarps: 4}},
 	{"tiled-r4w2", Tuning{GemvWideMin: 2, GemvWideRows: 4, GemvWideWarps: 2}},
 	{"tiled-from9", Tuning{GemvWideMin: 9}},
+	{"tiled-t4", Tuning{GemvWideMin: 2, GemvWideTile: 4}},
+	{"tiled-t4-r2", Tuning{GemvWideMin: 2, GemvWideTile: 4, GemvWideRows: 2}},
+	{"chunk4", Tuning{GemvWideMin: -1, GemvChunkMax: 4}},
+	{"chunk2-nospread", Tuning{GemvWideMin: -1, GemvChunkMax: 2, NoGemvSpread: true}},
 }
 
 func testGemvWide(t *testing.T, tu Tuning) {
@@ -39,7 +43,7 @@ func testGemvWide(t *testing.T, tu Tuning) {
 	if tu.GemvWideMin > 0 && tu.GemvWideRows == 0 {
 		_ = d.Do(func(c *Ctx) error {
 			for _, p := range []string{"gemv_norm", "gemv_resid", "gemv_swiglu", "gemv_qkv_rope"} {
-				for _, v := range []string{"w4c2", "w2c2", "w2c4"} {
+				for _, v := range []string{"w4c2", "w2c2", "w2c4", "w4c2t4", "w2c2t4", "w2c4t4"} {
 					name := fmt.Sprintf("%s_%s", p, v)
 					regs, per, err := c.KernelInfo(name, 256, 64*384*4)
 					t.Logf("%s: %d registers, %d blocks of 256 threads per SM (96 KB of inputs), err %v", name, regs, per, err)

@@ -39,7 +39,8 @@ func TestExactTreeMatchesPlainOnGPU(t *testing.T) {
 		ctx  int
 	}{{"default", kernels.Tuning{}, 100}, {"chunked", kernels.Tuning{GemvWideMin: -1, AttnGroupMin: -1}, 100},
 		{"tiled", kernels.Tuning{GemvWideMin: 2, AttnGroupMin: -1}, 100}, {"tiled-grouped", kernels.Tuning{GemvWideMin: 2, AttnGroupMin: 2}, 100},
-		{"tiled-from9", kernels.Tuning{GemvWideMin: 9}, 100},
+		{"tiled-from9", kernels.Tuning{GemvWideMin: 9}, 100}, {"tiled-t4", kernels.Tuning{GemvWideMin: 2, GemvWideTile: 4}, 100},
+		{"chunk4", kernels.Tuning{GemvChunkMax: 4}, 100}, {"chunk2", kernels.Tuning{GemvChunkMax: 2}, 100},
 		{"tiled-grouped-ctx600", kernels.Tuning{GemvWideMin: 2, AttnGroupMin: 2}, 600}} {
 		t.Run(c.name, func(t *testing.T) { testExactTreeMatchesPlain(t, c.t, c.ctx) })
 	}
@@ -144,7 +145,9 @@ func TestVerifyCostStagesOnGPU(t *testing.T) {
 		{"round6", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: -1, AttnGroupMin: -1}}},
 		{"tiled9", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: 9}}},
 		{"tiled9-r2", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: 9, GemvWideRows: 2}}},
-		{"tiled9-r2w8", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: 9, GemvWideRows: 2, GemvWideWarps: 8}}},
+		{"tiled9-t4", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvWideMin: 9, GemvWideTile: 4}}},
+		{"chunk4", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvChunkMax: 4}}},
+		{"chunk2", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvChunkMax: 2}}},
 		{"fastverify", cuda.Options{TimeSteps: true, FastVerify: true}}} {
 		m, be := load(c.opt)
 		s := m.NewSequence()
