@@ -96,11 +96,8 @@ func TestTuningWithEnv(t *testing.T) {
 		{map[string]string{EnvGemvRingBPS: "9", EnvGemvRingWarps: "1"}, Tuning{}},
 		{map[string]string{EnvAttnSplits: "1", EnvAttnKMin: "128"}, Tuning{AttnSplits: 1, AttnSplitMinKeys: 128}},
 		{map[string]string{EnvAttnSplits: "0", EnvAttnKMin: "x"}, Tuning{}},
-		{map[string]string{EnvGemvWideMin: "9", EnvGemvWideWarps: "4", EnvGemvWideRows: "2"}, Tuning{GemvWideMin: 9, GemvWideWarps: 4, GemvWideRows: 2}},
 		{map[string]string{EnvAttnGroupMin: "17"}, Tuning{AttnGroupMin: 17}},
-		{map[string]string{EnvGemvWideTile: "4", EnvGemvChunkMax: "2"}, Tuning{GemvWideTile: 4, GemvChunkMax: 2}},
-		{map[string]string{EnvGemvWideTile: "3", EnvGemvChunkMax: "9"}, Tuning{}},
-		{map[string]string{EnvGemvWideMin: "-3", EnvGemvWideWarps: "3", EnvGemvWideRows: "8"}, Tuning{}},
+		{map[string]string{EnvAttnGroupMin: "-2"}, Tuning{}},
 		{map[string]string{EnvHandoffSpinUS: "0"}, Tuning{HandoffSpin: -1}},
 		{map[string]string{EnvHandoffSpinUS: "200"}, Tuning{HandoffSpin: 200 * time.Microsecond}},
 		{map[string]string{EnvHandoffSpinUS: "-5"}, Tuning{}},
@@ -119,7 +116,7 @@ func TestTuningDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Tuning{Gemv: GemvShallow, GemvI8: GemvI8Hybrid8, GemvWarps: 8, GemvRingWarps: 8, AttnSplits: 8,
-		AttnSplitMinKeys: 256, HandoffSpin: DefaultHandoffSpin, GemvWideMin: DefaultGemvWideMin}
+		AttnSplitMinKeys: 256, HandoffSpin: DefaultHandoffSpin}
 	if !reflect.DeepEqual(d, want) {
 		t.Fatalf("defaults %+v, want %+v", d, want)
 	}
@@ -132,8 +129,7 @@ func TestTuningDefaults(t *testing.T) {
 		}
 	}
 	for _, bad := range []Tuning{{Gemv: "fast"}, {GemvI8: GemvRing}, {GemvWarps: 3}, {GemvRingBlocksPerSM: 9},
-		{GemvRingWarps: 1}, {GemvRingMinK: -1}, {AttnSplits: 65}, {AttnSplits: -1}, {AttnSplitMinKeys: -4},
-		{GemvWideMin: -2}, {GemvWideWarps: 3}, {GemvWideRows: 8}, {AttnGroupMin: -5}, {GemvWideTile: 2}, {GemvChunkMax: 9}} {
+		{GemvRingWarps: 1}, {GemvRingMinK: -1}, {AttnSplits: 65}, {AttnSplits: -1}, {AttnSplitMinKeys: -4}, {AttnGroupMin: -5}} {
 		if _, err := bad.withDefaults(); !errors.Is(err, ErrBadArg) {
 			t.Errorf("%+v: err %v, want ErrBadArg", bad, err)
 		}

@@ -47,9 +47,6 @@ func (c *Ctx) Gemv(kind GemvKind, W, X, xrow, nw DevicePtr, eps float32, Y Devic
 	if M < 1 || M > GemvWideMaxM || K%8 != 0 || N <= 0 || (kind == GemvSwiGLU && N%2 != 0) {
 		return fmt.Errorf("gemv kind %d M=%d N=%d K=%d: %w", kind, M, N, K, ErrBadArg)
 	}
-	if c.useGemvW(M, K) { // register-tiled kernels (ops_gemvw.go): same bits
-		return c.gemvW(gemvNames[kind][:len(gemvNames[kind])-2], W, X, xrow, nw, eps, Y, M, N, K, N)
-	}
 	units := N
 	if kind == GemvSwiGLU {
 		units = N / 2
@@ -262,10 +259,6 @@ func (c *Ctx) GemvQKVRope(W, X, xrow, nw DevicePtr, eps float32, qkv, pos, slots
 	if M < 1 || M > GemvWideMaxM || H%8 != 0 || hd%2 != 0 || N <= 0 {
 		return fmt.Errorf("gemv_qkv_rope M=%d H=%d heads %d/%d hd %d: %w", M, H, nh, nkv, hd, ErrBadArg)
 	}
-	rope := []uint64{P(pos), P(slots), P(invFreq), P(kc), P(vc), I(nh), I(nkv), I(hd)}
-	if c.useGemvW(M, H) { // register-tiled kernels (ops_gemvw.go): same bits
-		return c.gemvW("gemv_qkv_rope", W, X, xrow, nw, eps, qkv, M, N, H, N, rope...)
-	}
 	mt := M
 	M, nch := c.gemvSplit(mt, H, N/2)
 	ring := c.useRing(mt, H)
@@ -281,6 +274,7 @@ func (c *Ctx) GemvQKVRope(W, X, xrow, nw DevicePtr, eps float32, qkv, pos, slots
 	if err := c.gemvSmemAttr(name, f, smem); err != nil {
 		return err
 	}
+	rope := []uint64{P(pos), P(slots), P(invFreq), P(kc), P(vc), I(nh), I(nkv), I(hd)}
 	if ring {
 		grid, threads, err := c.gemvRingGrid(name, f, N/2, smem)
 		if err != nil {
@@ -392,7 +386,7 @@ func (c *Ctx) Attention(qkv, out, kc, vc DevicePtr, m AttnMeta, T, nh, nkv, hd i
 		return fmt.Errorf("attention T=%d nh=%d hd=%d (split scratch too small): %w", T, nh, hd, ErrBadArg)
 	}
 	name, heads := fmt.Sprintf("attention_hd%d", hd), nh
-	if g := c.attnGroup(T, nh, nkv, hd); g > 1 { // all query heads of a KV head per block (ops_gemvw.go): same bits
+	if g := c.attnGroup(T, nh, nkv, hd); g > 1 { // all query heads of a KV head per block (ops_attn_g.go): same bits
 		name, heads = fmt.Sprintf("attention_g%d_hd%d", g, hd), nkv
 	}
 	for t0 := 0; t0 < T; t0 += tc {

@@ -50,10 +50,6 @@ func (c *Ctx) Spin(ns int64) error {
 // tokens over K inputs and units output units.
 func (c *Ctx) gemvSplit(M, K, units int) (mb, nch int) {
 	mb, nch = GemvChunk(M)
-	if cm := c.d.tune.GemvChunkMax; cm > 0 && mb > cm { // smaller chunks (Tuning.GemvChunkMax): same bits
-		nch = (M + cm - 1) / cm
-		mb = (M + nch - 1) / nch
-	}
 	if c.d.tune.NoGemvSpread || M <= 1 {
 		return mb, nch
 	}

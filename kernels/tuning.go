@@ -37,19 +37,6 @@ type Tuning struct {
 	// blocks than the device has SMs keep chunks of up to GemvMaxM tokens
 	// instead of spreading over more, smaller chunks (ops_wide.go).
 	NoGemvSpread bool
-	// GemvWideMin: GEMV launches of at least this many tokens (2..64,
-	// inputs K <= GemvWideMaxK) run the register-tiled kernels
-	// (ops_gemvw.go; same bits); 0: DefaultGemvWideMin; -1: never.
-	// GemvWideWarps (2, 4, 8) and GemvWideRows (2, 4) fix their warps per
-	// block and weight rows per warp (0: picked per launch).
-	GemvWideMin, GemvWideWarps, GemvWideRows int
-	// GemvWideTile is the register-tiled GEMVs' tokens per tile: 8 (0) or
-	// 4 (fewer registers).
-	GemvWideTile int
-	// GemvChunkMax caps the token chunk of the M <= 8 GEMV kernels in a
-	// multi-token launch (1..8; 0: 8): smaller chunks, more blocks, the
-	// weights read once per chunk. Same bits.
-	GemvChunkMax int
 	// GemvPrefetch makes each GEMV block prefetch its weight rows to L2
 	// before loading its inputs: cost 9% of decode speed on an H100.
 	GemvPrefetch bool
@@ -66,7 +53,7 @@ type Tuning struct {
 	// per split (0: 256). See Ctx.Attention.
 	AttnSplits, AttnSplitMinKeys int
 	// AttnGroupMin: attention launches of at least this many tokens run
-	// all query heads of a KV head in one block (ops_gemvw.go; same bits);
+	// all query heads of a KV head in one block (ops_attn_g.go; same bits);
 	// 0: those whose tokens x heads exceed the SMs; -1: never.
 	AttnGroupMin int
 	// NoAttnPreload: attention waits for the QKV kernel before reading
@@ -121,32 +108,8 @@ func (t Tuning) withDefaults() (Tuning, error) {
 	default:
 		return bad("GemvWarps", t.GemvWarps)
 	}
-	switch {
-	case t.GemvWideMin == 0:
-		t.GemvWideMin = DefaultGemvWideMin
-	case t.GemvWideMin < -1:
-		return bad("GemvWideMin", t.GemvWideMin)
-	}
 	if t.AttnGroupMin < -1 {
 		return bad("AttnGroupMin", t.AttnGroupMin)
-	}
-	switch t.GemvWideWarps {
-	case 0, 2, 4, 8:
-	default:
-		return bad("GemvWideWarps", t.GemvWideWarps)
-	}
-	switch t.GemvWideTile {
-	case 0, 4, 8:
-	default:
-		return bad("GemvWideTile", t.GemvWideTile)
-	}
-	if t.GemvChunkMax < 0 || t.GemvChunkMax > GemvMaxM {
-		return bad("GemvChunkMax", t.GemvChunkMax)
-	}
-	switch t.GemvWideRows {
-	case 0, 2, 4:
-	default:
-		return bad("GemvWideRows", t.GemvWideRows)
 	}
 	// knob: 0 takes def, else v must lie in [lo, hi]
 	for _, k := range []struct {
@@ -179,11 +142,6 @@ const (
 	EnvGemvWarps     = "SPECGATE_GEMV_WARPS"      // 8 | 4 | 2 | auto: GemvWarps
 	EnvGemvPrefetch  = "SPECGATE_GEMV_PREFETCH"   // "1": GemvPrefetch
 	EnvGemvSpread    = "SPECGATE_GEMV_SPREAD"     // "0": NoGemvSpread
-	EnvGemvWideMin   = "SPECGATE_GEMV_WIDE_MIN"   // -1 | 2..: GemvWideMin
-	EnvGemvWideWarps = "SPECGATE_GEMV_WIDE_WARPS" // 2 | 4 | 8: GemvWideWarps
-	EnvGemvWideRows  = "SPECGATE_GEMV_WIDE_ROWS"  // 2 | 4: GemvWideRows
-	EnvGemvWideTile  = "SPECGATE_GEMV_WIDE_TILE"  // 4 | 8: GemvWideTile
-	EnvGemvChunkMax  = "SPECGATE_GEMV_CHUNK_MAX"  // 1..8: GemvChunkMax
 	EnvGemvRingBPS   = "SPECGATE_GEMV_RING_BPS"   // 0..8: GemvRingBlocksPerSM
 	EnvGemvRingWarps = "SPECGATE_GEMV_RING_WARPS" // 2..8: GemvRingWarps
 	EnvGemvRingMinK  = "SPECGATE_GEMV_RING_MINK"  // GemvRingMinK
@@ -237,20 +195,6 @@ func (t Tuning) WithEnv(getenv func(string) string) Tuning {
 	if getenv(EnvGemvSpread) == "0" {
 		t.NoGemvSpread = true
 	}
-	intIn(EnvGemvWideMin, -1, 1<<20, &t.GemvWideMin)
-	switch v := getenv(EnvGemvWideWarps); v {
-	case "2", "4", "8":
-		t.GemvWideWarps, _ = strconv.Atoi(v)
-	}
-	switch v := getenv(EnvGemvWideRows); v {
-	case "2", "4":
-		t.GemvWideRows, _ = strconv.Atoi(v)
-	}
-	switch v := getenv(EnvGemvWideTile); v {
-	case "4", "8":
-		t.GemvWideTile, _ = strconv.Atoi(v)
-	}
-	intIn(EnvGemvChunkMax, 1, GemvMaxM, &t.GemvChunkMax)
 	intIn(EnvGemvRingBPS, 0, 8, &t.GemvRingBlocksPerSM)
 	intIn(EnvGemvRingWarps, 2, 8, &t.GemvRingWarps)
 	intIn(EnvGemvRingMinK, 0, 1<<20, &t.GemvRingMinK)
