@@ -77,8 +77,24 @@ const lcsMaxCells = 1 << 25
 
 // commonTokens is the length of the longest common subsequence of a and
 // b: the prediction's tokens that appear in the completion, in order.
-// ok is false when the table would exceed lcsMaxCells.
+// ok is false when the table would exceed lcsMaxCells. A common prefix
+// and suffix belong to a longest common subsequence, so they are counted
+// without the table: a prediction the completion kept whole costs no
+// table at all (160 x 160 cells were ~0.05 ms after every such request).
 func commonTokens(a, b []int32) (n int, ok bool) {
+	p := 0
+	for p < len(a) && p < len(b) && a[p] == b[p] {
+		p++
+	}
+	a, b = a[p:], b[p:]
+	q := 0
+	for q < len(a) && q < len(b) && a[len(a)-1-q] == b[len(b)-1-q] {
+		q++
+	}
+	a, b = a[:len(a)-q], b[:len(b)-q]
+	if len(a) == 0 || len(b) == 0 {
+		return p + q, true
+	}
 	if len(a)*len(b) > lcsMaxCells {
 		return 0, false
 	}
@@ -96,7 +112,7 @@ func commonTokens(a, b []int32) (n int, ok bool) {
 		}
 		prev, cur = cur, prev
 	}
-	return int(prev[len(b)]), true
+	return p + q + int(prev[len(b)]), true
 }
 
 // parsePrediction validates OpenAI's `prediction` ({"type": "content",

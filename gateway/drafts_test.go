@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -288,8 +289,52 @@ func TestCommonTokens(t *testing.T) {
 			t.Errorf("commonTokens(%v, %v) = %d %v, want %d", c.a, c.b, got, ok, c.want)
 		}
 	}
-	if _, ok := commonTokens(make([]int32, 1<<13), make([]int32, 1<<13)); ok {
+	ones := make([]int32, 1<<13)
+	for i := range ones {
+		ones[i] = 1
+	}
+	if _, ok := commonTokens(make([]int32, 1<<13), ones); ok {
 		t.Error("2^26 cells accepted")
+	}
+	if n, ok := commonTokens(make([]int32, 1<<13), make([]int32, 1<<13)); !ok || n != 1<<13 {
+		t.Errorf("equal lists of 2^13: %d %v, want all (no table needed)", n, ok)
+	}
+	// against the full dynamic-programming table (no prefix/suffix
+	// shortcut), on random lists over a small alphabet
+	ref := func(a, b []int32) int {
+		d := make([][]int, len(a)+1)
+		for i := range d {
+			d[i] = make([]int, len(b)+1)
+		}
+		for i := 1; i <= len(a); i++ {
+			for j := 1; j <= len(b); j++ {
+				if a[i-1] == b[j-1] {
+					d[i][j] = d[i-1][j-1] + 1
+				} else {
+					d[i][j] = max(d[i-1][j], d[i][j-1])
+				}
+			}
+		}
+		return d[len(a)][len(b)]
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for it := range 2000 {
+		gen := func() []int32 {
+			x := make([]int32, rng.IntN(12))
+			for i := range x {
+				x[i] = int32(rng.IntN(3))
+			}
+			return x
+		}
+		a, b := gen(), gen()
+		if it%3 == 0 { // shared prefix and suffix
+			pre, suf := gen(), gen()
+			a = append(append(append([]int32(nil), pre...), a...), suf...)
+			b = append(append(append([]int32(nil), pre...), b...), suf...)
+		}
+		if got, ok := commonTokens(a, b); !ok || got != ref(a, b) {
+			t.Fatalf("commonTokens(%v, %v) = %d %v, want %d", a, b, got, ok, ref(a, b))
+		}
 	}
 }
 
