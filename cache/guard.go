@@ -629,9 +629,10 @@ func roleSwap(a, b []token) bool {
 	// Each word occurrence of a that b has too (the same stem and
 	// occurrence number), with its index in both.
 	type occ struct {
-		stem   string
-		ia, ib int
-		pivot  bool // may be the v between x and y
+		stem    string
+		ia, ib  int
+		pivot   bool // may be the v between x and y
+		content bool // isContent in a
 	}
 	var buf [32]occ
 	shared := buf[:0]
@@ -648,13 +649,14 @@ func roleSwap(a, b []token) bool {
 		v := &shared[k]
 		base, _, _ := strings.Cut(v.stem, "#")
 		v.pivot = occurrence(a, v.ia) == 0 && !symmetric[base] && nthOccurrence(a, base, 1) < 0 && nthOccurrence(b, base, 1) < 0
+		v.content = isContent(a[v.ia])
 	}
 	for xi, x := range shared {
-		if !isContent(a[x.ia]) {
+		if !x.content {
 			continue
 		}
 		for yi, y := range shared {
-			if xi == yi || !isContent(a[y.ia]) || !(x.ia < y.ia) || !(y.ib < x.ib) {
+			if xi == yi || !y.content || !(x.ia < y.ia) || !(y.ib < x.ib) {
 				continue
 			}
 			for vi, v := range shared {

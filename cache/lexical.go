@@ -99,22 +99,16 @@ type feat struct {
 	w float32
 }
 
-// group collects a feature group's features in the order they are added
-// (duplicates summed in mix).
-type group struct {
-	feats []feat
-}
-
-func (g *group) add(h uint64, w float32) { g.feats = append(g.feats, feat{h, w}) }
-
 func (l *Lexical) embed(text string) []float32 { return l.embedTokens(tokenize(text)) }
 
 // embedTokens is embed on tokenize(text) (the semantic tier tokenizes the
 // query once for the embedding and the guard).
 func (l *Lexical) embedTokens(ts []token) []float32 {
+	// Each feature group's features in the order they are added
+	// (duplicates are summed in mix); on the stack for short texts.
 	var wb, bb [32]feat
 	var cb [192]feat
-	words, bigrams, chars := group{wb[:0]}, group{bb[:0]}, group{cb[:0]}
+	words, bigrams, chars := wb[:0], bb[:0], cb[:0]
 	var pad [64]byte
 	prev := ""
 	for _, t := range ts {
@@ -126,13 +120,13 @@ func (l *Lexical) embedTokens(ts []token) []float32 {
 		if t.neg {
 			w = 0.5
 		}
-		words.add(fnv64(1, t.stem), w)
+		words = append(words, feat{fnv64(1, t.stem), w})
 		if prev != "" {
 			bw := float32(1)
 			if stopwords[prev] || stopwords[t.stem] {
 				bw = 0.3
 			}
-			bigrams.add(fnv64(2, prev, t.stem), bw)
+			bigrams = append(bigrams, feat{fnv64(2, prev, t.stem), bw})
 		}
 		prev = t.stem
 		if stop {
@@ -145,7 +139,7 @@ func (l *Lexical) embedTokens(ts []token) []float32 {
 			rs := []rune("<" + low + ">")
 			for n := 3; n <= 5; n++ {
 				for i := 0; i+n <= len(rs); i++ {
-					chars.add(fnv64(byte(n), string(rs[i:i+n])), 1)
+					chars = append(chars, feat{fnv64(byte(n), string(rs[i:i+n])), 1})
 				}
 			}
 			continue
@@ -162,14 +156,14 @@ func (l *Lexical) embedTokens(ts []token) []float32 {
 		nr := len(off) - 1
 		for n := 3; n <= 5; n++ {
 			for i := 0; i+n <= nr; i++ {
-				chars.add(fnv64b(byte(n), b[off[i]:off[i+n]]), 1)
+				chars = append(chars, feat{fnv64b(byte(n), b[off[i]:off[i+n]]), 1})
 			}
 		}
 	}
 	v := make([]float32, l.dim)
-	l.mix(v, &words, l.wWord)
-	l.mix(v, &bigrams, l.wBigram)
-	l.mix(v, &chars, l.wChar)
+	l.mix(v, words, l.wWord)
+	l.mix(v, bigrams, l.wBigram)
+	l.mix(v, chars, l.wChar)
 	normalize(v)
 	return v
 }
@@ -191,15 +185,15 @@ func fnv64b(seed byte, p []byte) uint64 {
 	return h
 }
 
-// mix adds group g, with sublinear tf and unit norm, times weight to v.
+// mix adds a feature group fs, with sublinear tf and unit norm, times
+// weight to v (it reorders fs).
 // A feature's weights are summed in the order they were added, and the
 // features are visited in hash order, so the result is bit-identical run
 // to run.
-func (l *Lexical) mix(v []float32, g *group, weight float32) {
-	if len(g.feats) == 0 || weight == 0 {
+func (l *Lexical) mix(v []float32, fs []feat, weight float32) {
+	if len(fs) == 0 || weight == 0 {
 		return
 	}
-	fs := g.feats
 	slices.SortStableFunc(fs, func(a, b feat) int { return cmp.Compare(a.h, b.h) })
 	// Sum duplicates in place: fs[:n] holds each hash once.
 	n := 0
