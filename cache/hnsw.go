@@ -455,52 +455,68 @@ type cand struct {
 	s float32
 }
 
-// heap of candidates; max=true keeps the most similar on top.
+// candHeap is a binary min-heap of candidates by s (the least similar on
+// top). The search's max-heap stores -s in it (maxCand), so neither heap
+// branches on its kind in the comparisons.
 type candHeap struct {
-	c   []cand
-	max bool
+	c []cand
 }
 
-func (h *candHeap) less(a, b int) bool {
-	if h.max {
-		return h.c[a].s > h.c[b].s
-	}
-	return h.c[a].s < h.c[b].s
-}
 func (h *candHeap) push(x cand) {
 	h.c = append(h.c, x)
-	i := len(h.c) - 1
+	c := h.c
+	i := len(c) - 1
 	for i > 0 {
 		p := (i - 1) / 2
-		if !h.less(i, p) {
+		if !(x.s < c[p].s) {
 			break
 		}
-		h.c[i], h.c[p] = h.c[p], h.c[i]
+		c[i] = c[p]
 		i = p
 	}
+	c[i] = x
 }
+
 func (h *candHeap) pop() cand {
 	top := h.c[0]
 	n := len(h.c) - 1
-	h.c[0] = h.c[n]
+	x := h.c[n]
 	h.c = h.c[:n]
-	i := 0
-	for {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < n && h.less(l, m) {
-			m = l
-		}
-		if r < n && h.less(r, m) {
-			m = r
-		}
-		if m == i {
-			break
-		}
-		h.c[i], h.c[m] = h.c[m], h.c[i]
-		i = m
+	if n > 0 {
+		h.down(x)
 	}
 	return top
 }
+
+// replaceTop drops the top and adds x (one sift instead of push and pop).
+func (h *candHeap) replaceTop(x cand) { h.down(x) }
+
+// down puts x at the root and sifts it down.
+func (h *candHeap) down(x cand) {
+	c := h.c
+	n := len(c)
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && c[r].s < c[l].s {
+			m = r
+		}
+		if !(c[m].s < x.s) {
+			break
+		}
+		c[i] = c[m]
+		i = m
+	}
+	c[i] = x
+}
+
+// maxCand is c as stored in the max-heap of a search (score negated).
+func maxCand(c cand) cand { return cand{c.i, -c.s} }
+
 func (h *candHeap) top() cand { return h.c[0] }
 func (h *candHeap) len() int  { return len(h.c) }
 
@@ -521,8 +537,8 @@ func (g *graph) greedy(q *query, ep cand, level int) cand {
 // With liveOnly, tombstones are traversed but not returned.
 func (g *graph) searchLayer(q *query, eps []cand, ef, level int, liveOnly bool) []cand {
 	vs := g.getVisited()
-	cands := candHeap{c: vs.cbuf[:0], max: true}
-	res := candHeap{c: vs.rbuf[:0], max: false} // worst on top
+	cands := candHeap{c: vs.cbuf[:0]} // maxCand: the most similar on top
+	res := candHeap{c: vs.rbuf[:0]}   // the least similar on top
 	defer func() {
 		vs.cbuf, vs.rbuf = cands.c[:0], res.c[:0]
 		g.visitPool.Put(vs)
@@ -531,16 +547,17 @@ func (g *graph) searchLayer(q *query, eps []cand, ef, level int, liveOnly bool) 
 		if !vs.visit(ep.i) {
 			continue
 		}
-		cands.push(ep)
+		cands.push(maxCand(ep))
 		if !liveOnly || !g.dead[ep.i] {
-			res.push(ep)
-			if res.len() > ef {
-				res.pop()
+			if res.len() < ef {
+				res.push(ep)
+			} else if ep.s > res.top().s {
+				res.replaceTop(ep)
 			}
 		}
 	}
 	for cands.len() > 0 {
-		c := cands.pop()
+		c := maxCand(cands.pop())
 		if res.len() >= ef && c.s < res.top().s {
 			break
 		}
@@ -566,13 +583,14 @@ func (g *graph) searchLayer(q *query, eps []cand, ef, level int, liveOnly bool) 
 			for _, j := range batch[:nb] {
 				s := g.score(q, j)
 				if res.len() < ef || s > res.top().s {
-					cands.push(cand{j, s})
+					cands.push(cand{j, -s})
 					if liveOnly && g.dead[j] {
 						continue
 					}
-					res.push(cand{j, s})
-					if res.len() > ef {
-						res.pop()
+					if res.len() < ef {
+						res.push(cand{j, s})
+					} else {
+						res.replaceTop(cand{j, s})
 					}
 				}
 			}
