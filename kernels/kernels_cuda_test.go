@@ -326,7 +326,11 @@ func TestRopeAttention(t *testing.T) {
 	}
 	for _, c0 := range []tc{{64, 4, 2, 5, 3, false}, {128, 8, 2, 0, 6, false}, {64, 4, 1, 1500, 2, false},
 		{64, 4, 4, 7, 7, true}, {32, 2, 1, 3, 40, true}, {8, 6, 2, 9, 5, true}, {16, 2, 1, 2, 4, false}, {256, 2, 2, 4, 3, false},
-		{64, 4, 2, 300, 8, true}, {128, 4, 1, 97, 5, false}, {64, 6, 2, 100, 33, true}, {64, 6, 2, 700, 9, true}} {
+		{64, 4, 2, 300, 8, true}, {128, 4, 1, 97, 5, false}, {64, 6, 2, 100, 33, true}, {64, 6, 2, 700, 9, true},
+		// attention_g2_hd128 (no case above has 2 query heads per KV head
+		// at head dim 128), and 3 per KV head at 128 (not built: the
+		// grouped setting must fall back to the per-head kernel)
+		{128, 4, 2, 300, 8, true}, {128, 6, 2, 40, 5, false}} {
 		hd, nh, nkv, nc, n := c0.hd, c0.nh, c0.nkv, c0.cached, c0.n
 		kvdim, qdim := nkv*hd, nh*hd
 		qkvdim := qdim + 2*kvdim
@@ -450,7 +454,7 @@ func TestRopeAttention(t *testing.T) {
 			}
 		}
 		// The batch launch with the per-head kernel, then with the grouped
-		// one (ops_gemvw.go; one-token launches keep the per-head kernel).
+		// one (ops_attn_g.go; one-token launches keep the per-head kernel).
 		for _, group := range []int{-1, 2} {
 			err := d.Do(func(c *Ctx) error {
 				t := fatalPanics{t} // t.Fatal must not run on the GPU worker
