@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/specgate/specgate/engine/model"
 	"github.com/specgate/specgate/safetensors"
 )
 
@@ -106,28 +107,25 @@ func QuantizeInt8(dir, out string, rows int) (worst float64, err error) {
 			}
 			w, R = cut, len(keep)
 		}
+		qt := model.QuantizeI8(model.NewF32(w, R, C)) // the engine's own int8 quantizer (--quantize int8)
 		q := make([]byte, R*C)
-		scale := make([]float32, R)
-		for r := range R {
-			row := w[r*C : (r+1)*C]
-			m := float32(0)
+		for i, x := range qt.I8 {
+			q[i] = byte(x)
+		}
+		for r, s := range qt.Scales {
+			if s == 0 {
+				continue // an all-zero row
+			}
+			row, m := w[r*C:(r+1)*C], 0.0
 			for _, v := range row {
-				m = max(m, float32(math.Abs(float64(v))))
+				m = max(m, math.Abs(float64(v)))
 			}
-			if m == 0 {
-				continue
-			}
-			s := m / 127
-			scale[r] = s
 			for c, v := range row {
-				x := math.Round(float64(v / s))
-				x = max(-127, min(127, x))
-				q[r*C+c] = byte(int8(x))
-				worst = max(worst, math.Abs(float64(float32(int8(x))*s-v))/float64(m))
+				worst = max(worst, math.Abs(float64(float32(qt.I8[r*C+c])*s-v))/m)
 			}
 		}
 		ts = append(ts, safetensors.Tensor{Name: n, DType: safetensors.I8, Shape: []int64{int64(R), int64(C)}, Data: q},
-			safetensors.Tensor{Name: n + "_scale", DType: safetensors.F32, Shape: []int64{int64(R)}, Data: safetensors.EncodeF32(scale)})
+			safetensors.Tensor{Name: n + "_scale", DType: safetensors.F32, Shape: []int64{int64(R)}, Data: safetensors.EncodeF32(qt.Scales)})
 	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return 0, err
