@@ -24,7 +24,9 @@
 // optionally prefixed "medusa_head." (a whole MedusaModel's state dict).
 // Any 2-D weight may be stored as I8 with a per-row float scale tensor
 // "<name>_scale" [rows] (w = q * scale[row]; specgate's own int8 layout,
-// written by QuantizeInt8): dequantized at load.
+// written by QuantizeInt8). On the CPU such a weight runs on the int8
+// weight-only kernels with its scales (engine.NewMatI8); its dequantized
+// float32 copy is what the device heads upload (as fp16).
 // Without the final Linear (the reference's first layout) the heads share the
 // base model's lm_head, which is also what LoadOptions.ShareLMHead forces.
 // medusa_lm_head.pt (a PyTorch pickle, the reference's other format) is not

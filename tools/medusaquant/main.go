@@ -4,9 +4,10 @@
 //
 //	go run ./tools/medusaquant -in DIR -out DIR [-rows 1024]
 //
-// The result loads with medusa.Load like any heads directory (weights
-// dequantized at load: the heads compute in float32 as before; the file is
-// about half the size of fp16).
+// The result loads with medusa.Load like any heads directory (on the CPU
+// the heads run on the int8 weight-only kernels with the per-row scales;
+// the CUDA path uploads the dequantized weights as fp16); the file is
+// about half the size of fp16.
 package main
 
 import (
