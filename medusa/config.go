@@ -23,6 +23,9 @@ type Spec struct {
 	Tree string
 	// VocabLimit: LoadOptions.VocabLimit (0 = the full vocabulary).
 	VocabLimit int
+	// Threads: LoadOptions.Threads, the most threads the heads' CPU matmuls
+	// run on (0 = GOMAXPROCS); serving passes the model's cpu.threads.
+	Threads int
 }
 
 // ParseTree reads a tree setting for heads with config c:
@@ -162,7 +165,7 @@ func Check(s Spec, hidden, vocab int) error {
 
 // New loads s.Heads for target and returns a proposer over the tree s.Tree.
 func New(target *engine.Model, s Spec) (*Proposer, error) {
-	h, err := Load(s.Heads, target, LoadOptions{VocabLimit: s.VocabLimit})
+	h, err := Load(s.Heads, target, LoadOptions{VocabLimit: s.VocabLimit, Threads: s.Threads})
 	if err != nil {
 		return nil, err
 	}

@@ -125,6 +125,10 @@ type Heads struct {
 	projRaw [][]float32
 }
 
+// Threads is the thread count the heads' CPU matmuls are called with
+// (LoadOptions.Threads; 0 = GOMAXPROCS).
+func (h *Heads) Threads() int { return h.threads }
+
 // Rows is the number of candidate tokens per head (the vocabulary, or
 // VocabLimit).
 func (h *Heads) Rows() int {

@@ -116,7 +116,8 @@ func Load(mc ModelConfig, o Options) (*Model, error) {
 		// token per step)
 		warmGraphs(log, mc, "draft", dm.Backend(), warmupPlan(mc, eo, dm.Config, false))
 	case "medusa":
-		p, err := medusa.New(m, medusa.Spec{Heads: mc.MedusaHeads(), Tree: mc.Speculative.Tree, VocabLimit: mc.Speculative.VocabLimit})
+		p, err := medusa.New(m, medusa.Spec{Heads: mc.MedusaHeads(), Tree: mc.Speculative.Tree, VocabLimit: mc.Speculative.VocabLimit,
+			Threads: mc.CPU.Threads})
 		if err != nil {
 			return fail(fmt.Errorf("speculative (medusa): %w", err))
 		}
