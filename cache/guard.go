@@ -149,7 +149,7 @@ func isCapitalized(s string) bool {
 // a word with inner capitals ("iPhone", "GPT").
 func named(ts []token, i int) bool {
 	t := ts[i]
-	if t.low == "i" || len(t.low) < 2 || stopwords[t.low] {
+	if t.low == "i" || len(t.low) < 2 || t.stop {
 		return false
 	}
 	if _, ok := dateWords[t.low]; ok {
@@ -167,7 +167,7 @@ func named(ts []token, i int) bool {
 		return true
 	}
 	// Sentence-initial: a name only when the next word is one too ("New York").
-	return i+1 < len(ts) && isCapitalized(ts[i+1].orig) && !ts[i+1].first && !stopwords[ts[i+1].low]
+	return i+1 < len(ts) && isCapitalized(ts[i+1].orig) && !ts[i+1].first && !ts[i+1].stop
 }
 
 // entityRuns groups consecutive named words ("United States", "Mount Everest").

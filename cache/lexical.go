@@ -110,9 +110,9 @@ func (l *Lexical) embedTokens(ts []token) []float32 {
 	var cb [192]feat
 	words, bigrams, chars := wb[:0], bb[:0], cb[:0]
 	var pad [64]byte
-	prev := ""
+	prev, prevStop := "", false
 	for _, t := range ts {
-		stop := stopwords[t.low]
+		stop := t.stop
 		w := float32(1)
 		if stop {
 			w = 0.15
@@ -123,12 +123,12 @@ func (l *Lexical) embedTokens(ts []token) []float32 {
 		words = append(words, feat{fnv64(1, t.stem), w})
 		if prev != "" {
 			bw := float32(1)
-			if stopwords[prev] || stopwords[t.stem] {
+			if prevStop || t.stemStop {
 				bw = 0.3
 			}
 			bigrams = append(bigrams, feat{fnv64(2, prev, t.stem), bw})
 		}
-		prev = t.stem
+		prev, prevStop = t.stem, t.stemStop
 		if stop {
 			continue
 		}

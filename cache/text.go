@@ -13,6 +13,9 @@ type token struct {
 	stem  string // lower-cased, light suffix stripping, number words as digits
 	first bool   // first word of a sentence
 	neg   bool   // a negation marker (not, never, n't, without, ...)
+	// stop and stemStop: low and stem are function words (stopwords[low],
+	// stopwords[stem]), looked up once per token.
+	stop, stemStop bool
 }
 
 // tokenize splits s into words: runs of letters, digits and inner
@@ -100,6 +103,7 @@ func mkToken(orig, low string, first bool) token {
 	t := token{orig: orig, low: low, first: first}
 	t.stem = stem(low)
 	t.neg = negations[low]
+	t.stop, t.stemStop = stopwords[low], stopwords[t.stem]
 	return t
 }
 
@@ -226,5 +230,5 @@ func init() {
 }
 
 func isContent(t token) bool {
-	return !stopwords[t.low] && !t.neg
+	return !t.stop && !t.neg
 }

@@ -27,7 +27,12 @@ func dotI8(a, b []int8) int32 {
 func quantize(v []float32, dst []int8) float32 {
 	var m float32
 	for _, x := range v {
-		m = max(m, float32(math.Abs(float64(x))))
+		if x < 0 {
+			x = -x
+		}
+		if x > m {
+			m = x
+		}
 	}
 	clear(dst)
 	if m == 0 {
@@ -35,7 +40,12 @@ func quantize(v []float32, dst []int8) float32 {
 	}
 	inv := 127 / m
 	for i, x := range v {
-		dst[i] = int8(math.Round(float64(x * inv)))
+		// math.Round (half away from zero) of y = x·inv, |y| ≤ 127: adding
+		// ±0.5 in float64 and truncating is exact for a float32 y (its bits
+		// stop at 2^-17 near a half, far above float64's rounding there), and
+		// int8() truncates toward zero.
+		y := float64(x * inv)
+		dst[i] = int8(y + math.Copysign(0.5, y))
 	}
 	return m / 127
 }

@@ -87,3 +87,46 @@ func TestDotI8ShortPanics(t *testing.T) {
 	}()
 	DotI8(a, b)
 }
+
+// TestQuantizeRounding: every component is math.Round(x·127/max|v|) (half
+// away from zero), on random vectors and on values that land on and next to
+// the halves, for both signs.
+func TestQuantizeRounding(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	check := func(v []float32) {
+		t.Helper()
+		q := make([]int8, len(v))
+		s := quantize(v, q)
+		var m float32
+		for _, x := range v {
+			m = max(m, float32(math.Abs(float64(x))))
+		}
+		if s != m/127 {
+			t.Fatalf("scale %v, want %v", s, m/127)
+		}
+		inv := 127 / m
+		for i, x := range v {
+			if want := int8(math.Round(float64(x * inv))); q[i] != want {
+				t.Fatalf("component %d (%v, scaled %v): %d, want %d", i, x, x*inv, q[i], want)
+			}
+		}
+	}
+	for range 2000 {
+		v := make([]float32, 1+r.IntN(600))
+		for i := range v {
+			v[i] = float32(r.NormFloat64() * math.Pow(10, float64(r.IntN(9)-4)))
+		}
+		check(v)
+	}
+	// With max 127 the scale is 1: components are their own scaled values.
+	var v []float32
+	for k := -127; k <= 127; k++ {
+		h := float32(k) + 0.5
+		v = append(v, h, math.Nextafter32(h, 0), math.Nextafter32(h, 200), float32(k), math.Nextafter32(float32(k), 0))
+	}
+	v = append(v, 127, -127, 1e-30, -1e-30, 0.49999997, -0.49999997)
+	for i := range v {
+		v[i] = max(min(v[i], 127), -127)
+	}
+	check(v)
+}
