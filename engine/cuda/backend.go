@@ -113,7 +113,7 @@ type Backend struct {
 	hostFlat                 flatBatch
 	lastGraphHit, graphsMade int
 	ev0, ev1                 kernels.Event     // TimeSteps
-	stepTimes                []float64         // TimeSteps: device seconds per forward
+	stepTimes                stepTimeLog       // TimeSteps: device seconds per forward (forward.go)
 	attnMax                  int               // longest key count of the step being queued (AttnMeta.MaxLen)
 	tileTokens               int               // kernels.AttnTileTokens of the model; 0: no attn_tile
 	nTiles, nRest            int               // the step's attn_tile tiles and per-token attention tokens (uploadMeta)

@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"sync"
 	"unsafe"
 
 	"github.com/specgate/specgate/engine"
@@ -772,15 +773,36 @@ func (b *Backend) recordStart(c *kernels.Ctx) error {
 // time between the two events.
 func (b *Backend) recordEnd(c *kernels.Ctx) {
 	if ms, err := c.ElapsedMs(b.ev0, b.ev1); err == nil {
-		b.stepTimes = append(b.stepTimes, float64(ms)/1e3)
+		b.stepTimes.add(float64(ms) / 1e3)
 	}
+}
+
+// stepTimeLog is the TimeSteps log: the engine's loop appends (recordEnd)
+// while a benchmark's goroutine takes it (StepTimes), so it has its own
+// lock.
+type stepTimeLog struct {
+	mu sync.Mutex
+	s  []float64
+}
+
+func (l *stepTimeLog) add(sec float64) {
+	l.mu.Lock()
+	l.s = append(l.s, sec)
+	l.mu.Unlock()
+}
+
+func (l *stepTimeLog) take() []float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.s
+	l.s = nil
+	return t
 }
 
 // StepTimes returns and clears the device seconds of each forward since the
 // last call (Options.TimeSteps): metadata upload plus kernels, from the
 // first to the last command the forward queued before copying results back.
+// Safe to call while the backend steps (from another goroutine).
 func (b *Backend) StepTimes() []float64 {
-	t := b.stepTimes
-	b.stepTimes = nil
-	return t
+	return b.stepTimes.take()
 }
