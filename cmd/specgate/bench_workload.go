@@ -17,6 +17,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -182,16 +183,32 @@ func (b *wlBreakdown) add(o wlBreakdown) {
 }
 
 // wlTimedGen records when the in-process engine's Generate was entered
-// and returned (requests run one at a time).
+// and returned (requests run one at a time). The server's goroutine
+// writes the times while the client's reads them (span): mu guards them.
 type wlTimedGen struct {
 	g           engine.Generator
-	enter, exit time.Time
+	mu          sync.Mutex
+	enter, exit time.Time // exit zero while a Generate runs
 }
 
 func (t *wlTimedGen) Generate(ctx context.Context, req engine.GenerateRequest, emit func(engine.Chunk) error) (engine.Result, error) {
-	t.enter = time.Now()
-	defer func() { t.exit = time.Now() }()
+	t.mu.Lock()
+	t.enter, t.exit = time.Now(), time.Time{}
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		t.exit = time.Now()
+		t.mu.Unlock()
+	}()
 	return t.g.Generate(ctx, req, emit)
+}
+
+// span returns the last Generate's entry and return times (exit zero while
+// it runs).
+func (t *wlTimedGen) span() (enter, exit time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.enter, t.exit
 }
 
 // wlGen is the current in-process server's timed generator (nil: remote).
@@ -249,8 +266,10 @@ func wlPost(ctx context.Context, url, key string, r wlRequest, hdr map[string]st
 		bd = wlBreakdown{steps: after.steps - before.steps, graphs: after.graphs - before.graphs, replays: after.replays - before.replays,
 			step: after.step - before.step, propose: after.propose - before.propose, forward: after.forward - before.forward,
 			device: after.device - before.device}
-		if g := wlGen; g != nil && g.enter.After(t0) && g.exit.After(g.enter) && t1.After(g.exit) {
-			bd.pre, bd.gen, bd.post = g.enter.Sub(t0), g.exit.Sub(g.enter), t1.Sub(g.exit)
+		if g := wlGen; g != nil {
+			if enter, exit := g.span(); enter.After(t0) && exit.After(enter) && t1.After(exit) {
+				bd.pre, bd.gen, bd.post = enter.Sub(t0), exit.Sub(enter), t1.Sub(exit)
+			}
 		}
 	}
 	if err != nil {
