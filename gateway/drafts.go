@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"runtime"
 	"strings"
 	"sync"
+	"weak"
 
 	"github.com/gofiber/fiber/v2"
 
@@ -45,7 +47,25 @@ type Drafts struct {
 	MaxDraftTokens int
 }
 
-var defaultKnown = speculative.NewKnown(speculative.KnownConfig{})
+// modelKnowns holds the Known proposer of each LocalModel that has no
+// Drafts.Known of its own: one per model, never one for all, since every
+// model's engine numbers its requests from 1 and a shared one would let two
+// models' requests with the same id take over (and release) each other's
+// draft cursors. Keyed weakly: a model's entry goes when the model does.
+var modelKnowns sync.Map // weak.Pointer[LocalModel] -> *speculative.Known
+
+// modelKnown returns m's Known proposer (made on first use).
+func modelKnown(m *LocalModel) *speculative.Known {
+	wp := weak.Make(m)
+	if k, ok := modelKnowns.Load(wp); ok {
+		return k.(*speculative.Known)
+	}
+	k, loaded := modelKnowns.LoadOrStore(wp, speculative.NewKnown(speculative.KnownConfig{}))
+	if !loaded {
+		runtime.AddCleanup(m, func(wp weak.Pointer[LocalModel]) { modelKnowns.Delete(wp) }, wp)
+	}
+	return k.(*speculative.Known)
+}
 
 // nearMisser is the optional cache capability (satisfied by *cache.Cache).
 type nearMisser interface {
@@ -315,9 +335,11 @@ func (j *job) attachDrafts(r *engine.GenerateRequest) {
 	}
 	var ps []engine.Proposer
 	if len(known) > 0 {
-		k := defaultKnown
+		var k *speculative.Known
 		if d != nil && d.Known != nil {
 			k = d.Known
+		} else {
+			k = modelKnown(j.model)
 		}
 		ps = append(ps, k)
 	}
