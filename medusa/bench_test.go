@@ -43,14 +43,15 @@ func BenchmarkLogitsInt8(b *testing.B) {
 	if h.Shared || len(h.projRaw) != h.NumHeads {
 		b.Fatalf("shipped heads: shared %v, %d projections: want own int8 projections", h.Shared, len(h.projRaw))
 	}
-	f := *h // the float32 peer: the dequantized copies Load keeps for the device heads
+	f := *h // the float32 peer: the dequantized matrices the device heads get
 	f.w = make([][]*engine.Mat, h.NumHeads)
 	f.proj = make([]*engine.Mat, h.NumHeads)
+	fw, fp := h.deviceWeights()
 	for i := range h.NumHeads {
-		for _, w := range h.wRaw[i] {
+		for _, w := range fw[i] {
 			f.w[i] = append(f.w[i], engine.NewMat(w, h.Hidden, h.Hidden))
 		}
-		f.proj[i] = engine.NewMat(h.projRaw[i], h.Rows(), h.Hidden)
+		f.proj[i] = engine.NewMat(fp[i], h.Rows(), h.Hidden)
 	}
 	x := make([]float32, h.Hidden)
 	for i := range x {

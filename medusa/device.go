@@ -34,10 +34,11 @@ func (p *Proposer) AttachDevice(target *engine.Model) {
 		k = max(k, t)
 	}
 	h := p.heads
+	w, proj := h.deviceWeights() // int8 heads: float32 only for the upload, not kept
 	d := &engine.DraftHeads{
 		Key:      fmt.Sprintf("%s|rows=%d|shared=%v", h.Dir, h.Rows(), h.Shared),
 		NumHeads: h.NumHeads, Layers: h.layers, Hidden: h.Hidden, TopK: k,
-		W: h.wRaw, B: h.b, Proj: h.projRaw, IDs: h.ids,
+		W: w, B: h.b, Proj: proj, IDs: h.ids,
 	}
 	id, err := hb.LoadHeads(d)
 	if err != nil {

@@ -118,9 +118,12 @@ type Heads struct {
 	proj    []*engine.Mat   // [head] [rows][H] (shared heads alias one)
 	ids     []int32         // proj row r is token ids[r]; nil: row r is token r
 	threads int
-	// raw weights for device heads (device.go): wRaw [head][layer]
-	// [H][H]; projRaw per head or one shared ([Rows][H]); nil with a
-	// shared full-vocabulary lm_head.
+	// float32 weights for device heads (device.go, deviceWeights): wRaw
+	// [head][layer] [H][H]; projRaw per head or one shared ([Rows][H]);
+	// projRaw nil with a shared full-vocabulary lm_head. These alias the
+	// CPU matrices' own float32 weights; an int8 weight's entry is nil (the
+	// CPU keeps only its packed int8 values; deviceWeights dequantizes them
+	// from w / proj when a backend takes the heads).
 	wRaw    [][][]float32
 	projRaw [][]float32
 }
@@ -241,19 +244,26 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 			}
 			return nil, fmt.Errorf("%s: tensor %q: shape %v, want %v for target hidden_size %d, vocab_size %d: %w", wPath, n, info.Shape, shape, H, V, err)
 		}
-		var buf []float32
 		if info.DType == safetensors.I8 {
-			var q []int8
-			var sc []float32
-			if buf, q, sc, err = readInt8Rows(set, wPath, n, scaleName, shape); err != nil {
+			// no float32 copy: the CPU runs the int8 kernels on q and
+			// scale (deviceWeights dequantizes for a device upload); the
+			// values are checked as the float32 weights are
+			q, sc, err := readInt8Rows(set, wPath, n, scaleName, shape)
+			if err != nil {
 				return nil, err
 			}
-			i8[c] = int8Mat{q, sc}
-		} else {
-			buf = make([]float32, info.NumElements())
-			if err := set.ReadFloat32Into(n, buf); err != nil {
-				return nil, fmt.Errorf("%s: tensor %q: %w: %w", wPath, n, ErrFormat, err)
+			cols := int(shape[1])
+			for i, v := range q {
+				if f := dequant(v, sc[i/cols]); math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+					return nil, fmt.Errorf("%s: tensor %q: element %d is %v: %w", wPath, n, i, f, ErrFormat)
+				}
 			}
+			i8[c] = int8Mat{q, sc}
+			return nil, nil
+		}
+		buf := make([]float32, info.NumElements())
+		if err := set.ReadFloat32Into(n, buf); err != nil {
+			return nil, fmt.Errorf("%s: tensor %q: %w: %w", wPath, n, ErrFormat, err)
 		}
 		for i, v := range buf {
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
@@ -309,7 +319,7 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 			} else {
 				h.w[i] = append(h.w[i], engine.NewMat(w, H, H))
 			}
-			h.wRaw[i] = append(h.wRaw[i], w)
+			h.wRaw[i] = append(h.wRaw[i], w) // nil for int8
 			h.b[i] = append(h.b[i], b)
 		}
 		if !h.Shared {
@@ -317,7 +327,7 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 			if err != nil {
 				return nil, err
 			}
-			full = append(full, p)
+			full = append(full, p) // nil for int8
 		}
 	}
 	if opts.VocabLimit < 0 {
@@ -370,7 +380,7 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 		}
 	} else {
 		for i := range h.proj {
-			r := rows(full[i], false)
+			var r []float32 // nil for int8 (deviceWeights)
 			if q, ok := i8[fmt.Sprintf("%d.%d.weight", i, L)]; ok {
 				qr, sr := q.q, q.scale
 				if h.ids != nil && len(h.ids) != len(fileIDs) { // a vocabulary limit: the same rows as rows()
@@ -383,6 +393,7 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 				}
 				h.proj[i] = engine.NewMatI8(qr, sr, R, H)
 			} else {
+				r = rows(full[i], false)
 				h.proj[i] = engine.NewMat(r, R, H)
 			}
 			h.projRaw = append(h.projRaw, r)
@@ -397,37 +408,79 @@ type int8Mat struct {
 	scale []float32
 }
 
-// readInt8Rows dequantizes an I8 weight [rows][cols] with its per-row scale
-// tensor (F32, F16 or BF16, shape [rows]): w[r][c] = q[r][c] * scale[r]. It
-// also returns q and the scales (the CPU heads multiply by them directly).
-func readInt8Rows(set *safetensors.File, file, name, scaleName string, shape []int64) ([]float32, []int8, []float32, error) {
+// readInt8Rows reads an I8 weight [rows][cols] and its per-row scale
+// tensor (F32, F16 or BF16, shape [rows]): the weight is w[r][c] =
+// dequant(q[r][c], scale[r]). The CPU heads multiply by q and the scales
+// directly.
+func readInt8Rows(set *safetensors.File, file, name, scaleName string, shape []int64) ([]int8, []float32, error) {
 	sinfo, _ := set.Info(scaleName)
 	if !sinfo.DType.Float() || len(sinfo.Shape) != 1 || sinfo.Shape[0] != shape[0] {
-		return nil, nil, nil, fmt.Errorf("%s: tensor %q: dtype %s shape %v, want a float vector of %d per-row scales for %q: %w", file, scaleName, sinfo.DType, sinfo.Shape, shape[0], name, ErrFormat)
+		return nil, nil, fmt.Errorf("%s: tensor %q: dtype %s shape %v, want a float vector of %d per-row scales for %q: %w", file, scaleName, sinfo.DType, sinfo.Shape, shape[0], name, ErrFormat)
 	}
 	scale, _, err := set.ReadFloat32(scaleName)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%s: tensor %q: %w: %w", file, scaleName, ErrFormat, err)
+		return nil, nil, fmt.Errorf("%s: tensor %q: %w: %w", file, scaleName, ErrFormat, err)
 	}
 	q, err := set.ReadRaw(name)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%s: tensor %q: %w: %w", file, name, ErrFormat, err)
+		return nil, nil, fmt.Errorf("%s: tensor %q: %w: %w", file, name, ErrFormat, err)
 	}
-	cols := int(shape[1])
-	out := make([]float32, len(q))
 	qi := make([]int8, len(q))
 	for i, b := range q {
 		qi[i] = int8(b)
 	}
 	for r, s := range scale {
 		if s < 0 || math.IsNaN(float64(s)) || math.IsInf(float64(s), 0) {
-			return nil, nil, nil, fmt.Errorf("%s: tensor %q: scale %d is %v (want finite, >= 0): %w", file, scaleName, r, s, ErrFormat)
-		}
-		for c := range cols {
-			out[r*cols+c] = float32(qi[r*cols+c]) * s
+			return nil, nil, fmt.Errorf("%s: tensor %q: scale %d is %v (want finite, >= 0): %w", file, scaleName, r, s, ErrFormat)
 		}
 	}
-	return out, qi, scale, nil
+	return qi, scale, nil
+}
+
+// dequant is one int8 weight's value: q times its row's scale, in float32.
+func dequant(q int8, scale float32) float32 { return float32(q) * scale }
+
+// dequantRows is an int8 matrix [len(scale)][cols] as float32.
+func dequantRows(q []int8, scale []float32, cols int) []float32 {
+	out := make([]float32, len(q))
+	for i, v := range q {
+		out[i] = dequant(v, scale[i/cols])
+	}
+	return out
+}
+
+// deviceWeights returns the heads' weights as a device backend takes them
+// (engine.DraftHeads W and Proj): float32 weights as loaded (aliased), int8
+// ones dequantized now from the CPU matrices' int8 values (new slices, the
+// values Load used to keep: dequant of each value and its row's scale).
+func (h *Heads) deviceWeights() (w [][][]float32, proj [][]float32) {
+	i8 := func(m *engine.Mat) []float32 {
+		q, sc, ok := m.Int8()
+		if !ok {
+			panic("medusa: a weight without float32 values is not int8")
+		}
+		return dequantRows(q, sc, m.Cols())
+	}
+	w = make([][][]float32, len(h.wRaw))
+	for i := range h.wRaw {
+		w[i] = make([][]float32, len(h.wRaw[i]))
+		for j, f := range h.wRaw[i] {
+			if f == nil {
+				f = i8(h.w[i][j])
+			}
+			w[i][j] = f
+		}
+	}
+	if h.projRaw != nil {
+		proj = make([][]float32, len(h.projRaw))
+		for i, f := range h.projRaw {
+			if f == nil {
+				f = i8(h.proj[i])
+			}
+			proj[i] = f
+		}
+	}
+	return w, proj
 }
 
 func sameShape(a, b []int64) bool {

@@ -64,14 +64,16 @@ func TestQuantizeInt8(t *testing.T) {
 				}
 			}
 		}
+		qw, qp := q.deviceWeights()
+		rw, rp := ref.deviceWeights()
 		for i := range q.NumHeads {
 			for j := range q.layers {
-				near("block", q.wRaw[i][j], ref.wRaw[i][j], q.Hidden)
+				near("block", qw[i][j], rw[i][j], q.Hidden)
 				if !slices.Equal(q.b[i][j], ref.b[i][j]) {
 					t.Fatalf("head %d layer %d: bias changed", i, j)
 				}
 			}
-			near("projection", q.projRaw[i], ref.projRaw[i], q.Hidden)
+			near("projection", qp[i], rp[i], q.Hidden)
 		}
 	}
 	if _, err := QuantizeInt8("testdata/golden/shared", filepath.Join(t.TempDir(), "q"), 10); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "head_vocab") {
