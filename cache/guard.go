@@ -1,6 +1,8 @@
 package cache
 
 import (
+	"cmp"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -618,7 +620,14 @@ var symmetric = map[string]bool{"and": true, "or": true, "vs": true, "versus": t
 // ("Alice owes Bob" / "Bob owes Alice"; "Celsius to Fahrenheit" /
 // "Fahrenheit to Celsius"). Symmetric connectives (and, or, vs, with) do not
 // count as v, so "TCP and UDP" / "UDP and TCP" is not a swap.
-func roleSwap(a, b []token) bool {
+func roleSwap(a, b []token) bool { return roleSwapSteps(a, b, nil) }
+
+// roleSwapSteps is roleSwap; when steps is not nil it counts the inner steps
+// (comparisons of the stem sorts and binary searches, and the passes over
+// the shared words) so that tests can bound the work on untrusted text. The
+// work is O(n log n) in the number of tokens (the key text is untrusted: the
+// pairwise search over x, y and v it replaces was cubic).
+func roleSwapSteps(a, b []token, steps *int) bool {
 	for _, ts := range [][]token{a, b} {
 		for _, t := range ts {
 			if symmetricPredicates[t.stem] {
@@ -626,10 +635,27 @@ func roleSwap(a, b []token) bool {
 			}
 		}
 	}
+	// Each side's token indices sorted by (stem, index): the occurrences of
+	// one stem are a run, in text order.
+	var bufA, bufB, bufOcc [64]int32
+	oa, ob := stemOrder(bufA[:0], a, steps), stemOrder(bufB[:0], b, steps)
+	// occA[i] = occurrence(a, i): how many tokens before a[i] have its stem.
+	occA := bufOcc[:0]
+	if len(a) > len(bufOcc) {
+		occA = make([]int32, len(a))
+	} else {
+		occA = occA[:len(a)]
+	}
+	for k, i := range oa {
+		if k > 0 && a[oa[k-1]].stem == a[i].stem {
+			occA[i] = occA[oa[k-1]] + 1
+		} else {
+			occA[i] = 0
+		}
+	}
 	// Each word occurrence of a that b has too (the same stem and
-	// occurrence number), with its index in both.
+	// occurrence number), with its index in both, in a's order.
 	type occ struct {
-		stem    string
 		ia, ib  int
 		pivot   bool // may be the v between x and y
 		content bool // isContent in a
@@ -637,62 +663,98 @@ func roleSwap(a, b []token) bool {
 	var buf [32]occ
 	shared := buf[:0]
 	for i, t := range a {
-		n := occurrence(a, i)
-		if j := nthOccurrence(b, t.stem, n); j >= 0 {
-			shared = append(shared, occ{stem: t.stem, ia: i, ib: j})
+		if steps != nil {
+			*steps++
 		}
-	}
-	// v must be a word occurring once in each text and not a symmetric
-	// connective. (The stem before any '#': an ordinal's stem is "#12", whose
-	// base is "" and which this check then lets through.)
-	for k := range shared {
-		v := &shared[k]
-		base, _, _ := strings.Cut(v.stem, "#")
-		v.pivot = occurrence(a, v.ia) == 0 && !symmetric[base] && nthOccurrence(a, base, 1) < 0 && nthOccurrence(b, base, 1) < 0
-		v.content = isContent(a[v.ia])
-	}
-	for xi, x := range shared {
-		if !x.content {
+		k := stemLowerBound(ob, b, t.stem, steps) + int(occA[i])
+		if k >= len(ob) || b[ob[k]].stem != t.stem {
 			continue
 		}
-		for yi, y := range shared {
-			if xi == yi || !y.content || !(x.ia < y.ia) || !(y.ib < x.ib) {
-				continue
-			}
-			for vi, v := range shared {
-				if vi == xi || vi == yi || !v.pivot {
-					continue
-				}
-				if x.ia < v.ia && v.ia < y.ia && y.ib < v.ib && v.ib < x.ib {
-					return true
-				}
-			}
+		// v must be a word occurring once in each text and not a symmetric
+		// connective. (The stem before any '#': an ordinal's stem is "#12",
+		// whose base is "" and which this check then lets through.)
+		base, _, _ := strings.Cut(t.stem, "#")
+		pivot := occA[i] == 0 && !symmetric[base] && stemCount(oa, a, base, steps) < 2 && stemCount(ob, b, base, steps) < 2
+		shared = append(shared, occ{ia: i, ib: int(ob[k]), pivot: pivot, content: isContent(t)})
+	}
+	// v = shared[k] sits between some x before it in a and some y after it
+	// in a, with y before v before x in b, iff a content word before k in
+	// a comes after v in b (the largest ib of the content words before k
+	// exceeds v.ib) and a content word after k comes before v in b (the
+	// smallest ib of the content words after k is below v.ib). x and y then
+	// are content words and in opposite orders in a and b, as required.
+	var bufMin [32]int
+	minAfter := bufMin[:0]
+	if len(shared) > len(bufMin) {
+		minAfter = make([]int, len(shared))
+	} else {
+		minAfter = minAfter[:len(shared)]
+	}
+	m := math.MaxInt
+	for k := len(shared) - 1; k >= 0; k-- {
+		if steps != nil {
+			*steps++
+		}
+		minAfter[k] = m
+		if shared[k].content {
+			m = min(m, shared[k].ib)
+		}
+	}
+	maxBefore := -1
+	for k, v := range shared {
+		if steps != nil {
+			*steps++
+		}
+		if v.pivot && maxBefore > v.ib && minAfter[k] < v.ib {
+			return true
+		}
+		if v.content {
+			maxBefore = max(maxBefore, v.ib)
 		}
 	}
 	return false
 }
 
-// occurrence is how many tokens before ts[i] have its stem.
-func occurrence(ts []token, i int) int {
-	n := 0
-	for _, t := range ts[:i] {
-		if t.stem == ts[i].stem {
-			n++
-		}
+// stemOrder appends to dst the indices of ts sorted by (stem, index).
+func stemOrder(dst []int32, ts []token, steps *int) []int32 {
+	for i := range ts {
+		dst = append(dst, int32(i))
 	}
-	return n
+	slices.SortFunc(dst, func(i, j int32) int {
+		if steps != nil {
+			*steps++
+		}
+		if c := strings.Compare(ts[i].stem, ts[j].stem); c != 0 {
+			return c
+		}
+		return cmp.Compare(i, j)
+	})
+	return dst
 }
 
-// nthOccurrence is the index of the n-th (from 0) token of ts with stem
-// stem, or -1.
-func nthOccurrence(ts []token, stem string, n int) int {
-	for i, t := range ts {
-		if t.stem == stem {
-			if n == 0 {
-				return i
-			}
-			n--
+// stemLowerBound is the first position in ord (stemOrder of ts) whose token
+// has a stem not below stem.
+func stemLowerBound(ord []int32, ts []token, stem string, steps *int) int {
+	lo, hi := 0, len(ord)
+	for lo < hi {
+		if steps != nil {
+			*steps++
+		}
+		mid := int(uint(lo+hi) >> 1)
+		if ts[ord[mid]].stem < stem {
+			lo = mid + 1
+		} else {
+			hi = mid
 		}
 	}
-	return -1
+	return lo
+}
+
+// stemCount is how many tokens of ts have stem stem, counted up to 2.
+func stemCount(ord []int32, ts []token, stem string, steps *int) int {
+	k := stemLowerBound(ord, ts, stem, steps)
+	n := 0
+	for ; n < 2 && k+n < len(ord) && ts[ord[k+n]].stem == stem; n++ {
+	}
+	return n
 }
