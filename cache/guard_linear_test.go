@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // roleSwapRef is roleSwap as it was before it became O(n log n) (the
@@ -277,6 +278,11 @@ func FuzzGuard(f *testing.F) {
 			return
 		}
 		a, b := tokenize(q), tokenize(c)
+		for _, tk := range a {
+			if !utf8.ValidString(tk.low) || !utf8.ValidString(tk.stem) {
+				t.Fatalf("tokenize(%q): token %q/%q is not valid UTF-8", q, tk.low, tk.stem)
+			}
+		}
 		_ = guardTokens(a, b)
 		if why := guardTokens(a, a); why != "" {
 			t.Fatalf("Guard(%q, itself) = %q", q, why)

@@ -7,7 +7,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/specgate/specgate/vecmath"
 )
@@ -69,8 +68,10 @@ func (l *Lexical) Embed(ctx context.Context, texts []string) ([][]float32, error
 	return out, nil
 }
 
-// fnv64 is FNV-1a with a group seed byte.
-func fnv64(seed byte, parts ...string) uint64 {
+// fnv64 is FNV-1a of a group seed byte and the parts (joined by 0x1f), with
+// a splitmix64 finish. It hashes strings (words, bigrams) and byte slices
+// (character n-grams cut from a padded word) alike.
+func fnv64[T string | []byte](seed byte, parts ...T) uint64 {
 	h := uint64(14695981039346656037)
 	h ^= uint64(seed)
 	h *= 1099511628211
@@ -132,18 +133,10 @@ func (l *Lexical) embedTokens(ts []token) []float32 {
 		if stop {
 			continue
 		}
+		// t.low is valid UTF-8: tokenize cuts words from runes (invalid
+		// bytes became U+FFFD there; FuzzGuard checks it), so the n-grams
+		// below are whole runes.
 		low := strings.ToLower(t.low)
-		if !utf8.ValidString(low) {
-			// []rune turns each invalid byte into U+FFFD: hash what the
-			// n-grams' strings hold then.
-			rs := []rune("<" + low + ">")
-			for n := 3; n <= 5; n++ {
-				for i := 0; i+n <= len(rs); i++ {
-					chars = append(chars, feat{fnv64(byte(n), string(rs[i:i+n])), 1})
-				}
-			}
-			continue
-		}
 		// Character n-grams of "<word>", n = 3…5 runes, hashed in place:
 		// off[k] is the byte offset of the padded word's k-th rune.
 		b := append(append(append(pad[:0], '<'), low...), '>')
@@ -156,7 +149,7 @@ func (l *Lexical) embedTokens(ts []token) []float32 {
 		nr := len(off) - 1
 		for n := 3; n <= 5; n++ {
 			for i := 0; i+n <= nr; i++ {
-				chars = append(chars, feat{fnv64b(byte(n), b[off[i]:off[i+n]]), 1})
+				chars = append(chars, feat{fnv64(byte(n), b[off[i]:off[i+n]]), 1})
 			}
 		}
 	}
@@ -166,23 +159,6 @@ func (l *Lexical) embedTokens(ts []token) []float32 {
 	l.mix(v, chars, l.wChar)
 	normalize(v)
 	return v
-}
-
-// fnv64b is fnv64(seed, string(p)).
-func fnv64b(seed byte, p []byte) uint64 {
-	h := uint64(14695981039346656037)
-	h ^= uint64(seed)
-	h *= 1099511628211
-	for _, c := range p {
-		h ^= uint64(c)
-		h *= 1099511628211
-	}
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	h ^= h >> 31
-	return h
 }
 
 // mix adds a feature group fs, with sublinear tf and unit norm, times
