@@ -42,8 +42,14 @@ func (s *Server) joinFlight(l cache.Lookup, creq *cache.Request) (fl *streamFlig
 	return s.flights.join(l.Namespace + "\x00" + l.ID)
 }
 
-// answerStore stores the answer of a missed lookup.
-type answerStore func(ctx context.Context, body []byte, cost float64) error
+// answerStore stores the answer of a missed lookup (the zero value stores
+// nothing).
+type answerStore struct {
+	// key is the entry's namespace NUL id: while the write is queued, an
+	// identical request's lookup is answered from it ("": not registered).
+	key string
+	put func(ctx context.Context, body []byte, cost float64) error // nil: nothing to store
+}
 
 // pendingCache is a cache whose lookup keeps what storing a miss's answer
 // needs (the prepared key and the query vector): *cache.Cache.
@@ -53,22 +59,59 @@ type pendingCache interface {
 
 // cacheLookup looks creq up and returns how to store the answer of a miss:
 // through the lookup's Pending when the cache has one (the key is not
-// embedded again), else with Put.
+// embedded again), else with Put. A miss whose entry has an answer waiting
+// in the store queue (storeq.go) is served from that answer as an exact
+// hit; a miss that raced with that answer's write is looked up again.
 func (s *Server) cacheLookup(ctx context.Context, creq *cache.Request) (cache.Lookup, answerStore, error) {
-	if pc, ok := s.cache.(pendingCache); ok {
-		l, p, err := pc.GetPending(ctx, creq)
-		return l, p.Put, err
+	mark := s.stores.mark()
+	l, st, err := s.lookupOnce(ctx, creq)
+	if l.Hit || l.ID == "" || creq.NoCache {
+		return l, st, err
 	}
-	l, err := s.cache.Get(ctx, creq)
-	return l, func(ctx context.Context, body []byte, cost float64) error { return s.cache.Put(ctx, creq, body, cost) }, err
+	body, retry := s.stores.answer(l.Namespace+"\x00"+l.ID, mark)
+	if body != nil {
+		s.met.store.pendingHits.Inc()
+		return pendingHit(l, body), answerStore{}, err
+	}
+	if retry {
+		return s.lookupOnce(ctx, creq)
+	}
+	return l, st, err
+}
+
+func (s *Server) lookupOnce(ctx context.Context, creq *cache.Request) (cache.Lookup, answerStore, error) {
+	var l cache.Lookup
+	var st answerStore
+	var err error
+	if pc, ok := s.cache.(pendingCache); ok {
+		var p *cache.Pending
+		l, p, err = pc.GetPending(ctx, creq)
+		if p != nil {
+			st.put = p.Put
+		}
+	} else {
+		l, err = s.cache.Get(ctx, creq)
+		if !l.Hit {
+			st.put = func(ctx context.Context, body []byte, cost float64) error { return s.cache.Put(ctx, creq, body, cost) }
+		}
+	}
+	if creq.NoStore {
+		st.put = nil // the cache would skip it
+	}
+	if st.put != nil && l.ID != "" {
+		st.key = l.Namespace + "\x00" + l.ID
+	}
+	return l, st, err
 }
 
 // storeAnswer hands a generated answer to the flight's followers (fl may be
-// nil) and stores it (the cache skips what it must not store).
-func (s *Server) storeAnswer(fl *streamFlight, store answerStore, body []byte, cost float64) {
+// nil) and queues its cache write (storeq.go): the write runs after the
+// response, and identical requests are answered from it until it
+// committed. body must not be modified afterwards.
+func (s *Server) storeAnswer(fl *streamFlight, st answerStore, body []byte, cost float64) {
 	fl.finish(body, true)
-	if err := store(context.Background(), body, cost); err != nil && !cacheSkipped(err) {
-		s.log.Warn("cache store failed", "err", err)
+	if st.put != nil {
+		s.stores.enqueue(&storeJob{key: st.key, put: st.put, body: body, cost: cost})
 	}
 }
 

@@ -34,6 +34,7 @@ type metrics struct {
 	specSource   *prometheus.CounterVec // model, source, kind (proposed|accepted); drafts.go
 	nearMiss     *prometheus.CounterVec // model, reason; drafts.go
 	lat          *latencyMetrics        // metrics_latency.go
+	store        *storeMetrics          // storeq.go
 
 	// Children of the vectors every request touches (metrics_children.go).
 	httpReqOf *children[routeCode, prometheus.Counter]
@@ -90,6 +91,8 @@ func newMetrics(reg *prometheus.Registry, models []*LocalModel) (*metrics, error
 		m.specSteps, m.specProposed, m.specAccepted, m.upstreamReqs, m.upstreamTry, m.rateLimited, m.disconnects, m.specSource, m.nearMiss}
 	m.lat = newLatencyMetrics()
 	cs = append(cs, m.lat.collectors()...)
+	m.store = newStoreMetrics()
+	cs = append(cs, m.store.collectors()...)
 	for _, lm := range models {
 		if lm == nil || lm.KV == nil {
 			continue

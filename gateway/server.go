@@ -113,6 +113,7 @@ type Server struct {
 	abort      context.CancelFunc
 	inflight   sync.WaitGroup
 	flights    streamFlights
+	stores     storeQueue // the response cache's writes (storeq.go)
 	prompts    promptMemo // chat prompt tokens of recent requests (promptmemo.go)
 
 	respOnce  sync.Once
@@ -153,6 +154,7 @@ func New(opts Options) (*Server, error) {
 		s.reg = prometheus.NewRegistry()
 	}
 	s.baseCtx, s.abort = context.WithCancel(context.Background())
+	s.stores.s = s
 	if r, ok := opts.Cache.(interface{ SetRenderer(cache.Renderer) }); ok {
 		// Hits then carry their response pre-rendered (cacheview.go).
 		r.SetRenderer(renderCached)
@@ -275,7 +277,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	select {
 	case <-waited:
 	case <-time.After(5 * time.Second):
+		s.stores.drain(storeQueueDrain, true)
 		return fmt.Errorf("%w: handlers still running 5s after cancel", ErrShuttingDown)
+	}
+	// The answers' cache writes queued by the handlers (storeq.go).
+	if !s.stores.drain(storeQueueDrain, true) {
+		return fmt.Errorf("%w: cache writes still queued %v after the handlers returned", ErrShuttingDown, storeQueueDrain)
 	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return fmt.Errorf("%w: %w", ErrShuttingDown, err)
