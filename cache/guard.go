@@ -3,6 +3,7 @@ package cache
 import (
 	"cmp"
 	"math"
+	"math/bits"
 	"slices"
 	"sort"
 	"strings"
@@ -51,7 +52,7 @@ func guardTokens(a, b []token) string {
 	}
 	// Each side's vocabulary, made once for the rules that read it.
 	va, vb := vocab(a), vocab(b)
-	if entityMismatch(a, b, vb) || entityMismatch(b, a, va) {
+	if entityMismatch(a, &vb) || entityMismatch(b, &va) {
 		return GuardEntity
 	}
 	if qa, qb := questionType(a), questionType(b); qa != "" && qb != "" && qa != qb && qa != "what" && qb != "what" {
@@ -63,10 +64,10 @@ func guardTokens(a, b []token) string {
 	if roleSwap(a, b) {
 		return GuardRole
 	}
-	if substitution(a, b, va, vb) {
+	if substitution(a, b, &va, &vb) {
 		return GuardSubstitution
 	}
-	if modifierAdded(a, b, va) || modifierAdded(b, a, vb) {
+	if modifierAdded(a, b, &va) || modifierAdded(b, a, &vb) {
 		return GuardModifier
 	}
 	return ""
@@ -200,9 +201,24 @@ func initials(run []token) string {
 	return b.String()
 }
 
-// vocab is the set of lower-cased words and stems of a text, with the
-// initials of its capitalized runs ("United States" → "us").
-func vocab(ts []token) map[string]bool {
+// vocabSet is the set of lower-cased words and stems of a text, with the
+// initials of its capitalized runs ("United States" → "us"), and the
+// indexes that mentions and isAcronymOf make from it on first use, so that
+// each lookup costs O(1) whatever the text's length (the key text is
+// untrusted).
+type vocabSet struct {
+	words map[string]bool
+	ts    []token
+	// ext holds each word's prefixes 1 to 3 bytes shorter and at least 4
+	// bytes long (mentions of a longer form); made by mentions.
+	ext map[string]bool
+	// acr holds the initials of each run of 2 to 5 words of ts, packed by
+	// acrKey; made by isAcronymOf.
+	acr map[uint64]bool
+}
+
+// vocab returns the vocabulary of ts.
+func vocab(ts []token) vocabSet {
 	m := make(map[string]bool, 2*len(ts))
 	for _, t := range ts {
 		m[t.low] = true
@@ -213,38 +229,65 @@ func vocab(ts []token) map[string]bool {
 			m[initials(r)] = true
 		}
 	}
-	return m
+	step(len(ts))
+	return vocabSet{words: m, ts: ts}
+}
+
+// guardSteps, when not nil, counts the inner steps of the guard's rules that
+// compare one text with the other (a test hook: tests bound the guard's
+// work on untrusted keys with it). It is nil outside tests and never set
+// while a guard runs.
+var guardSteps *int
+
+func step(n int) {
+	if guardSteps != nil {
+		*guardSteps += n
+	}
 }
 
 // mentions reports whether word w (lower case) appears in v, directly or
 // with a short suffix on either side ("africa"/"african",
-// "canada"/"canadian"); the shorter form must have at least 4 letters.
-func mentions(v map[string]bool, w string) bool {
-	if v[w] {
+// "canada"/"canadian"): some word x of v and w are such that the shorter is
+// a prefix of the longer, the shorter has at least 4 bytes and the longer at
+// most 3 more.
+func mentions(v *vocabSet, w string) bool {
+	step(1)
+	if v.words[w] {
 		return true
 	}
-	for x := range v {
-		short, long := x, w
-		if len(short) > len(long) {
-			short, long = long, short
-		}
-		if len(short) >= 4 && len(long) <= len(short)+3 && strings.HasPrefix(long, short) {
+	// x shorter than w: a prefix of w.
+	for n := max(4, len(w)-3); n < len(w); n++ {
+		step(1)
+		if v.words[w[:n]] {
 			return true
 		}
 	}
-	return false
+	if len(w) < 4 {
+		return false
+	}
+	// x longer than w: w is one of x's prefixes in ext.
+	if v.ext == nil {
+		v.ext = make(map[string]bool, len(v.words))
+		for x := range v.words {
+			for n := max(4, len(x)-3); n < len(x); n++ {
+				step(1)
+				v.ext[x[:n]] = true
+			}
+		}
+	}
+	return v.ext[w]
 }
 
 // entityMismatch reports whether a names an entity that b does not mention
 // in any case (b may be written in lower case). A multi-word name is also
 // mentioned by its initials ("United States" / "US"). vb is vocab(b).
-func entityMismatch(a, b []token, vb map[string]bool) bool {
+func entityMismatch(a []token, vb *vocabSet) bool {
 	for _, run := range entityRuns(a) {
-		if len(run) > 1 && vb[initials(run)] {
+		if len(run) > 1 && vb.words[initials(run)] {
 			continue
 		}
 		for _, t := range run {
-			if !mentions(vb, t.low) && !mentions(vb, t.stem) && !(len(t.low) <= 5 && isAcronymOf(t, b)) {
+			if !mentions(vb, t.low) && !mentions(vb, t.stem) && !(len(t.low) <= 5 && isAcronymOf(t, vb)) {
 				return true
 			}
 		}
@@ -252,19 +295,37 @@ func entityMismatch(a, b []token, vb map[string]bool) bool {
 	return false
 }
 
-// isAcronymOf reports whether an all-caps t spells the initials of a run of
-// words in b ("US" and "united states").
-func isAcronymOf(t token, b []token) bool {
-	if strings.ToUpper(t.orig) != t.orig || len(t.low) < 2 {
+// isAcronymOf reports whether an all-caps t of at most 5 bytes spells the
+// initials (first bytes) of a run of words of vb's text ("US" and "united
+// states").
+func isAcronymOf(t token, vb *vocabSet) bool {
+	step(1)
+	if strings.ToUpper(t.orig) != t.orig || len(t.low) < 2 || len(t.low) > 5 {
 		return false
 	}
-	n := len(t.low)
-	for i := 0; i+n <= len(b); i++ {
-		if initials(b[i:i+n]) == t.low {
-			return true
+	if vb.acr == nil {
+		vb.acr = make(map[uint64]bool, 4*len(vb.ts))
+		for i := range vb.ts {
+			var k uint64
+			for n := 1; n <= 5 && i+n <= len(vb.ts); n++ {
+				step(1)
+				k |= uint64(vb.ts[i+n-1].low[0]) << (8 * (n - 1))
+				if n >= 2 {
+					vb.acr[k|uint64(n)<<56] = true
+				}
+			}
 		}
 	}
-	return false
+	return vb.acr[acrKey(t.low)]
+}
+
+// acrKey packs a string of 2 to 5 bytes and its length into a uint64.
+func acrKey(s string) uint64 {
+	var k uint64
+	for i := 0; i < len(s); i++ {
+		k |= uint64(s[i]) << (8 * i)
+	}
+	return k | uint64(len(s))<<56
 }
 
 var antonymPairs = [][2]string{
@@ -425,6 +486,9 @@ var synonymGroups = [][]string{
 var synonyms = map[string][]int{}
 
 func init() {
+	if len(synonymGroups) > maxSynonymGroups {
+		panic("cache: more synonym groups than a groupSet holds")
+	}
 	for i, g := range synonymGroups {
 		for _, w := range g {
 			for _, f := range []string{w, stem(w)} {
@@ -441,13 +505,22 @@ func init() {
 func antonymMismatch(a, b []token) bool {
 	var ba, bb [16]string
 	wa, wb := antonymWords(ba[:0], a), antonymWords(bb[:0], b)
+	// Sorted, each word once, so that membership is a binary search and
+	// each distinct word is checked once (the texts are untrusted: a
+	// linear search per word was quadratic).
+	wa, wb = sortedSet(wa), sortedSet(wb)
+	has := func(s []string, w string) bool {
+		step(1 + bits.Len(uint(len(s))))
+		_, ok := slices.BinarySearch(s, w)
+		return ok
+	}
 	check := func(x, y []string) bool {
 		for _, w := range x {
-			if slices.Contains(y, w) {
+			if has(y, w) {
 				continue
 			}
 			for _, o := range antonyms[w] {
-				if slices.Contains(y, o) && !slices.Contains(x, o) {
+				if has(y, o) && !has(x, o) {
 					return true
 				}
 			}
@@ -455,6 +528,15 @@ func antonymMismatch(a, b []token) bool {
 		return false
 	}
 	return check(wa, wb) || check(wb, wa)
+}
+
+// sortedSet sorts s and removes repeats, in place.
+func sortedSet(s []string) []string {
+	slices.SortFunc(s, func(x, y string) int {
+		step(1)
+		return strings.Compare(x, y)
+	})
+	return slices.Compact(s)
 }
 
 // antonymWords appends to dst the words of ts (lower case, stems, and
@@ -485,7 +567,7 @@ func antonymWords(dst []string, ts []token) []string {
 // the shape of "same question about a different thing" ("rice"/"quinoa",
 // "area"/"circumference"). Additions on one side only ("please", "in
 // Python") are not substitutions.
-func substitution(a, b []token, va, vb map[string]bool) bool {
+func substitution(a, b []token, va, vb *vocabSet) bool {
 	da, db := onlyIn(a, vb), onlyIn(b, va)
 	if len(da) == 0 || len(db) == 0 || len(da) > 2 || len(db) > 2 {
 		return false
@@ -507,19 +589,25 @@ func substitution(a, b []token, va, vb map[string]bool) bool {
 // modifierAdded reports whether b puts a content word m, absent from a (also
 // as a synonym), right before a content word n that a has without any
 // content word before it. va is vocab(a).
-func modifierAdded(a, b []token, va map[string]bool) bool {
+func modifierAdded(a, b []token, va *vocabSet) bool {
 	bare := map[string]bool{}
 	for i, t := range a {
 		if isContent(t) && (i == 0 || !isContent(a[i-1])) {
 			bare[t.stem] = true
 		}
 	}
+	var ga groupSet // the synonym groups of a's stems, made on first use
+	gaMade := false
 	for i := 0; i+1 < len(b); i++ {
+		step(1)
 		m, n := b[i], b[i+1]
 		if !isContent(m) || !isContent(n) || isNumeric(m.stem) || !bare[n.stem] || mentions(va, m.low) || mentions(va, m.stem) {
 			continue
 		}
-		if hasSynonymIn(m.stem, a) || hasSynonymIn(m.low, a) {
+		if !gaMade {
+			ga, gaMade = synonymGroupsOf(a), true
+		}
+		if ga.hasSynonym(m.stem) || ga.hasSynonym(m.low) {
 			continue
 		}
 		return true
@@ -527,14 +615,29 @@ func modifierAdded(a, b []token, va map[string]bool) bool {
 	return false
 }
 
-func hasSynonymIn(w string, ts []token) bool {
+// groupSet is a set of synonym groups (indexes into synonymGroups).
+type groupSet [(maxSynonymGroups + 63) / 64]uint64
+
+const maxSynonymGroups = 256
+
+// synonymGroupsOf returns the groups of the stems of ts.
+func synonymGroupsOf(ts []token) groupSet {
+	var s groupSet
+	for _, t := range ts {
+		step(1)
+		for _, g := range synonyms[t.stem] {
+			s[g/64] |= 1 << (g % 64)
+		}
+	}
+	return s
+}
+
+// hasSynonym reports whether w is in one of the groups of s (a synonym of,
+// or the same word as, a word of the text s was made from).
+func (s *groupSet) hasSynonym(w string) bool {
 	for _, g := range synonyms[w] {
-		for _, t := range ts {
-			for _, h := range synonyms[t.stem] {
-				if g == h {
-					return true
-				}
-			}
+		if s[g/64]&(1<<(g%64)) != 0 {
+			return true
 		}
 	}
 	return false
@@ -542,10 +645,11 @@ func hasSynonymIn(w string, ts []token) bool {
 
 // onlyIn returns the content stems of a that b does not mention (vb is
 // vocab(b)).
-func onlyIn(a []token, vb map[string]bool) []string {
+func onlyIn(a []token, vb *vocabSet) []string {
 	var out []string
 	seen := map[string]bool{}
 	for _, t := range a {
+		step(1)
 		if !isContent(t) || isNumeric(t.stem) || len(t.stem) < 2 || seen[t.stem] {
 			continue
 		}
@@ -620,7 +724,7 @@ var symmetric = map[string]bool{"and": true, "or": true, "vs": true, "versus": t
 // ("Alice owes Bob" / "Bob owes Alice"; "Celsius to Fahrenheit" /
 // "Fahrenheit to Celsius"). Symmetric connectives (and, or, vs, with) do not
 // count as v, so "TCP and UDP" / "UDP and TCP" is not a swap.
-func roleSwap(a, b []token) bool { return roleSwapSteps(a, b, nil) }
+func roleSwap(a, b []token) bool { return roleSwapSteps(a, b, guardSteps) }
 
 // roleSwapSteps is roleSwap; when steps is not nil it counts the inner steps
 // (comparisons of the stem sorts and binary searches, and the passes over

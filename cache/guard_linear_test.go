@@ -180,38 +180,6 @@ func TestRoleSwapCases(t *testing.T) {
 	}
 }
 
-// adversarialHalves returns a key of about n bytes of distinct content
-// words and the same key with its halves swapped: no role swap (no word
-// lies between two swapped ones in both), so the old search visited every
-// x, y and v.
-func adversarialHalves(n int) (string, string) {
-	var ws []string
-	size := 0
-	for i := 0; size < n; i++ {
-		w := "w" + letters(i)
-		ws = append(ws, w)
-		size += len(w) + 1
-	}
-	h := len(ws) / 2
-	a := strings.Join(ws, " ")
-	b := strings.Join(append(append([]string{}, ws[h:]...), ws[:h]...), " ")
-	return a, b
-}
-
-// letters writes i in base 26 with the letters a…z, then "q": no word is a
-// number, a stopword or stems like another.
-func letters(i int) string {
-	var b []byte
-	for {
-		b = append(b, byte('a'+i%26))
-		i /= 26
-		if i == 0 {
-			break
-		}
-	}
-	return string(b) + "q"
-}
-
 func TestRoleSwapWorkBound(t *testing.T) {
 	for _, size := range []int{2 << 10, 9 << 10, 32 << 10} {
 		qa, qb := adversarialHalves(size)
@@ -291,6 +259,120 @@ func FuzzGuard(f *testing.F) {
 			if got, want := roleSwap(a, b), roleSwapRef(a, b); got != want {
 				t.Fatalf("roleSwap(%q, %q) = %v, reference %v", q, c, got, want)
 			}
+			if got, want := guardTokens(a, b), guardTokensRef(a, b); got != want {
+				t.Fatalf("Guard(%q, %q) = %q, reference %q", q, c, got, want)
+			}
 		}
 	})
+}
+
+// guardVocab: entities and their lower-case, longer and shorter forms
+// (mentions' prefix rule), acronyms and expansions, antonyms, synonyms,
+// modifiers and bare nouns, question words, negations, numbers, dates.
+var guardVocab = strings.Fields(`Alice Bob Paris London France French Africa African Canada Canadian
+africa canada paris Austria Australia Kenya Kenyans Nairobi United States US USA united states
+NASA national aeronautics space administration UN united nations EU european union IBM AB CD
+alpha beta charlie delta ABC ABCD abcd Abcdef abcdefg abcdefgh hot cold hotter colder up down
+increase decrease buy sell fix repair solve car automobile vehicle tie bow raw chicken cook rice
+quinoa the a of in on to and or with is are how what where who deep far not never 7 8 May Monday
+today big large small café caféx 東京 東京都 \xff`)
+
+var antonymBearing = strings.Fields("hot cold hotter colder up down increase decrease buy sell big small")
+
+func guardText(r *rand.Rand, maxWords int) string {
+	n := 1 + r.IntN(maxWords)
+	ws := make([]string, n)
+	for i := range ws {
+		ws[i] = guardVocab[r.IntN(len(guardVocab))]
+	}
+	return strings.Join(ws, " ")
+}
+
+func TestGuardMatchesReference(t *testing.T) {
+	n := 100000
+	if testing.Short() {
+		n = 20000
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	reasons := map[string]int{}
+	for i := 0; i < n; i++ {
+		qa := guardText(r, 2+i%30)
+		qb := permuted(r, qa)
+		switch i % 4 {
+		case 0:
+			qb = guardText(r, 2+i%30)
+		case 1:
+			qb = permuted(r, qa) + " " + guardText(r, 3)
+		case 2: // one word replaced by a word that has antonyms
+			ws := strings.Fields(qb)
+			ws[r.IntN(len(ws))] = antonymBearing[r.IntN(len(antonymBearing))]
+			qb = strings.Join(ws, " ")
+		}
+		a, b := tokenize(qa), tokenize(qb)
+		want := guardTokensRef(a, b)
+		if got := guardTokens(a, b); got != want {
+			t.Fatalf("Guard(%q, %q) = %q, reference %q", qa, qb, got, want)
+		}
+		reasons[want]++
+	}
+	// Every rule must decide some pairs, and some pairs must be served.
+	for _, why := range []string{"", GuardNegation, GuardNumber, GuardDate, GuardEntity, GuardQuestion, GuardAntonym, GuardRole, GuardSubstitution, GuardModifier} {
+		if reasons[why] < n/1000 {
+			t.Errorf("reason %q: %d of %d pairs: the generator does not exercise it", why, reasons[why], n)
+		}
+	}
+	t.Logf("%d pairs, 0 disagreements: %v", n, reasons)
+}
+
+// TestMentionsMatchesReference compares mentions with the reference on
+// words around the 4-byte and 3-byte limits of the prefix rule.
+func TestMentionsMatchesReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	word := func() string {
+		b := make([]byte, 1+r.IntN(9))
+		for i := range b {
+			b[i] = "abé"[r.IntN(3)] // é's bytes too: prefixes may cut a rune
+		}
+		return string(b)
+	}
+	for i := 0; i < 20000; i++ {
+		words := map[string]bool{}
+		for range r.IntN(12) {
+			words[word()] = true
+		}
+		v := &vocabSet{words: words}
+		for range 8 {
+			w := word()
+			if got, want := mentions(v, w), mentionsRef(words, w); got != want {
+				t.Fatalf("mentions(%v, %q) = %v, reference %v", words, w, got, want)
+			}
+		}
+	}
+}
+
+// TestGuardWorkBound bounds the guard's steps (guardSteps) on adversarial
+// 32 KiB key pairs, one per rule that compared every word of one text with
+// every word of the other, both ways round.
+func TestGuardWorkBound(t *testing.T) {
+	for _, p := range advPairs {
+		for _, size := range []int{2 << 10, 32 << 10} {
+			qa, qb := p.gen(size)
+			a, b := tokenize(qa), tokenize(qb)
+			for _, swap := range []bool{false, true} {
+				if swap {
+					a, b = b, a
+				}
+				steps := 0
+				guardSteps = &steps
+				why := guardTokens(a, b)
+				guardSteps = nil
+				n := len(a) + len(b)
+				bound := 4 * n * bits.Len(uint(n))
+				if steps > bound {
+					t.Errorf("%s %d bytes swapped=%v, %d tokens: %d steps, bound %d", p.name, size, swap, n, steps, bound)
+				}
+				t.Logf("%s %d bytes swapped=%v, %d tokens: Guard %q, %d steps (bound %d)", p.name, size, swap, n, why, steps, bound)
+			}
+		}
+	}
 }
