@@ -408,42 +408,58 @@ type genEvent struct {
 // the returned channel; it is closed after the last choice ended. Cancel ctx
 // to stop them; the engine frees their KV before Generate returns.
 func launch(ctx context.Context, gen engine.Generator, j *job) <-chan genEvent {
-	if j.drafts != nil && j.drafts.resolve != nil {
-		j.drafts.resolve(ctx) // the cache near miss, on a miss only
-	}
-	out := j.drafts.outputs(j.choices()) // completion tokens, for the prediction usage (drafts.go)
+	out := launchPrep(ctx, j)
 	ch := make(chan genEvent, 16*j.choices())
 	var wg sync.WaitGroup
 	for i := 0; i < j.choices(); i++ {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			var last time.Time
-			emit := func(c engine.Chunk) error {
-				if out != nil {
-					out[i] = append(out[i], c.Tokens...)
-				}
-				if len(c.Tokens) > 0 {
-					now := time.Now()
-					j.obs.chunk(last, now, len(c.Tokens))
-					last = now
-				}
+			res, err := runChoice(ctx, gen, j, i, out, func(c engine.Chunk) error {
 				select {
 				case ch <- genEvent{idx: i, chunk: c}:
 					return nil
 				case <-ctx.Done():
 					return context.Cause(ctx)
 				}
-			}
-			res, err := gen.Generate(ctx, j.request(i), emit)
-			if err == nil && j.obs != nil {
-				j.obs.queue.Observe(res.QueueTime.Seconds())
-			}
+			})
 			ch <- genEvent{idx: i, done: true, res: res, err: err}
 		}(i)
 	}
 	go func() { wg.Wait(); close(ch) }()
 	return ch
+}
+
+// launchPrep is what every generation of j needs first: the cache near
+// miss (on a miss only) and the per-choice completion token lists (for the
+// prediction usage; drafts.go).
+func launchPrep(ctx context.Context, j *job) [][]int32 {
+	if j.drafts != nil && j.drafts.resolve != nil {
+		j.drafts.resolve(ctx)
+	}
+	return j.drafts.outputs(j.choices())
+}
+
+// runChoice generates choice i of j in the calling goroutine, handing each
+// chunk to deliver (out: launchPrep's token lists).
+func runChoice(ctx context.Context, gen engine.Generator, j *job, i int, out [][]int32, deliver func(engine.Chunk) error) (engine.Result, error) {
+	var last time.Time
+	emit := func(c engine.Chunk) error {
+		if out != nil {
+			out[i] = append(out[i], c.Tokens...)
+		}
+		if len(c.Tokens) > 0 {
+			now := time.Now()
+			j.obs.chunk(last, now, len(c.Tokens))
+			last = now
+		}
+		return deliver(c)
+	}
+	res, err := gen.Generate(ctx, j.request(i), emit)
+	if err == nil && j.obs != nil {
+		j.obs.queue.Observe(res.QueueTime.Seconds())
+	}
+	return res, err
 }
 
 // engineError maps an engine failure to an API error.

@@ -92,7 +92,34 @@ func collect(ctx context.Context, gen engine.Generator, j *job) genOutcome {
 	for i := range out.acc {
 		out.acc[i] = &choiceAcc{}
 	}
-	for ev := range launch(ctx, gen, j) {
+	if j.choices() == 1 {
+		// One choice: generated in this goroutine, its chunks accumulated
+		// as the engine hands them over (no goroutine, channel or hand-off
+		// between the last chunk and the response).
+		outs := launchPrep(ctx, j)
+		acc := out.acc[0]
+		res, err := runChoice(ctx, gen, j, 0, outs, func(c engine.Chunk) error {
+			if out.first.IsZero() {
+				out.first = time.Now()
+			}
+			acc.add(c)
+			return nil
+		})
+		out.results[0], acc.res, acc.finished = res, res, true
+		if err != nil {
+			out.err = err
+		}
+		return out
+	}
+	events, left := launch(ctx, gen, j), j.choices()
+	for left > 0 {
+		// Not ranged to the channel's close: that comes from another
+		// goroutine after the last choice's end, one more hand-off
+		// before the response.
+		ev, ok := <-events
+		if !ok {
+			break
+		}
 		if !ev.done {
 			if out.first.IsZero() {
 				out.first = time.Now()
@@ -100,6 +127,7 @@ func collect(ctx context.Context, gen engine.Generator, j *job) genOutcome {
 			out.acc[ev.idx].add(ev.chunk)
 			continue
 		}
+		left--
 		out.results[ev.idx] = ev.res
 		out.acc[ev.idx].res = ev.res
 		out.acc[ev.idx].finished = true
@@ -334,11 +362,22 @@ func (s *Server) runLocal(c *fiber.Ctx, j *job, creq *cache.Request) error {
 		writeDecoupled(cw, func(w *bufio.Writer) {
 			sw := &sseWriter{w: w, onFail: func() { cancel(ErrClientGone) }}
 			st := newLocalStream(rs, sw)
+			left := j.choices()
 			if ok {
 				st.handle(first)
+				if first.done {
+					left--
+				}
 			}
-			for ev := range events {
+			for left > 0 { // not ranged to the close: as in collect
+				ev, ok := <-events
+				if !ok {
+					break
+				}
 				st.handle(ev)
+				if ev.done {
+					left--
+				}
 			}
 			usage, outcome := st.end(context.Cause(ctx))
 			rs.finish(usage, outcome, ttft)
