@@ -153,8 +153,15 @@ func (q *storeQueue) worker() {
 		j := q.jobs[q.head]
 		q.jobs[q.head] = nil
 		q.head++
-		if q.head == len(q.jobs) {
+		switch {
+		case q.head == len(q.jobs):
 			q.jobs, q.head = q.jobs[:0], 0
+		case q.head >= storeQueueMaxJobs && 2*q.head >= len(q.jobs):
+			// A queue that never empties: drop the consumed prefix, so
+			// the slice stays within twice the bound.
+			n := copy(q.jobs, q.jobs[q.head:])
+			clear(q.jobs[n:])
+			q.jobs, q.head = q.jobs[:n], 0
 		}
 		q.active++
 		q.mu.Unlock()

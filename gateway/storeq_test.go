@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -307,4 +308,56 @@ type failPutCache struct{ ResponseCache }
 
 func (failPutCache) Put(context.Context, *cache.Request, []byte, float64) error {
 	return errors.New("disk full")
+}
+
+// A queue that never empties keeps its slice bounded (the consumed prefix
+// is dropped), and a write to a full queue runs inline.
+func TestStoreQueueBounded(t *testing.T) {
+	s := &Server{log: slog.New(slog.DiscardHandler)}
+	s.met = &metrics{store: newStoreMetrics()}
+	s.stores.s = s
+	tokens := make(chan struct{})
+	blocked := func(context.Context, []byte, float64) error { <-tokens; return nil }
+	queued := func() int {
+		s.stores.mu.Lock()
+		defer s.stores.mu.Unlock()
+		return len(s.stores.jobs) - s.stores.head
+	}
+	// Fill: the two workers take one job each and block, the rest queue.
+	for i := 0; i < storeQueueWorkers; i++ {
+		s.stores.enqueue(&storeJob{put: blocked})
+	}
+	for queued() != 0 {
+		time.Sleep(time.Millisecond)
+	}
+	for i := 0; i < storeQueueMaxJobs; i++ {
+		s.stores.enqueue(&storeJob{put: blocked})
+	}
+	ran := false
+	s.stores.enqueue(&storeJob{put: func(context.Context, []byte, float64) error { ran = true; return nil }})
+	if !ran {
+		t.Fatal("a write to a full queue did not run inline")
+	}
+	// One write finishes, one more is queued, many times over: the queue
+	// never empties.
+	for i := 0; i < 4*storeQueueMaxJobs; i++ {
+		tokens <- struct{}{}
+		for queued() == storeQueueMaxJobs {
+			runtime.Gosched()
+		}
+		s.stores.enqueue(&storeJob{put: blocked})
+		s.stores.mu.Lock()
+		n, c := len(s.stores.jobs)-s.stores.head, cap(s.stores.jobs)
+		s.stores.mu.Unlock()
+		if n == 0 {
+			t.Fatal("the queue emptied")
+		}
+		if c > 4*storeQueueMaxJobs {
+			t.Fatalf("queue slice capacity %d with at most %d queued", c, storeQueueMaxJobs)
+		}
+	}
+	close(tokens)
+	if !s.stores.drain(hang, true) {
+		t.Fatal("no drain")
+	}
 }
