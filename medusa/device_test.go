@@ -22,6 +22,26 @@ type hostHeadsBackend struct {
 	headRows, argReq int // rows that got heads, requests that got argmax rows
 }
 
+// loadHostHeadsTarget loads the shipped target on a hostHeadsBackend
+// (one CPU thread, no prefix cache) with kvTokens KV slots.
+func loadHostHeadsTarget(t *testing.T, kvTokens int) (*engine.Model, *hostHeadsBackend) {
+	t.Helper()
+	var hb *hostHeadsBackend
+	target, err := engine.Load(shippedTarget, engine.LoadOptions{KVTokens: kvTokens, DisablePrefixCache: true,
+		NewBackend: func(cfg engine.Config, w *engine.Weights, numSlots int) (engine.Backend, error) {
+			cb, err := engine.NewCPUBackend(cfg, w, numSlots, 1)
+			if err != nil {
+				return nil, err
+			}
+			hb = &hostHeadsBackend{CPUBackend: cb, cfg: cfg, lm: w.LMHead.Float32()}
+			return hb, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return target, hb
+}
+
 func (b *hostHeadsBackend) LoadHeads(h *engine.DraftHeads) (int, error) {
 	if err := h.Validate(b.cfg.HiddenSize, b.cfg.VocabSize); err != nil {
 		return 0, err
@@ -123,20 +143,9 @@ func (b *hostHeadsBackend) Forward(reqs []*engine.ForwardRequest) error {
 // output (6 prompts x 32 tokens, 16-node tree, vocabulary limit 1024 and
 // the full vocabulary; -short: 2 prompts, limit 1024).
 func TestDeviceHeadsPath(t *testing.T) {
-	var hb *hostHeadsBackend
-	target, err := engine.Load(shippedTarget, engine.LoadOptions{KVTokens: 4096, DisablePrefixCache: true,
-		NewBackend: func(cfg engine.Config, w *engine.Weights, numSlots int) (engine.Backend, error) {
-			cb, err := engine.NewCPUBackend(cfg, w, numSlots, 1)
-			if err != nil {
-				return nil, err
-			}
-			hb = &hostHeadsBackend{CPUBackend: cb, cfg: cfg, lm: w.LMHead.Float32()}
-			return hb, nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	target, hb := loadHostHeadsTarget(t, 4096)
 	defer target.Close()
+	var err error
 	plain := engine.New(target, engine.Options{})
 	defer plain.Close()
 	prompts, vocabs := speculative.BenchPrompts()[:6], []int{1024, 0}

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/safetensors"
 )
 
@@ -54,19 +53,7 @@ func sameBits(a, b []float32) (int, bool) {
 // for the full head vocabulary and a vocabulary limit (its rows are the
 // file's rows of its tokens).
 func TestDeviceUploadInt8(t *testing.T) {
-	var hb *hostHeadsBackend
-	target, err := engine.Load(shippedTarget, engine.LoadOptions{KVTokens: 256, DisablePrefixCache: true,
-		NewBackend: func(cfg engine.Config, w *engine.Weights, numSlots int) (engine.Backend, error) {
-			cb, err := engine.NewCPUBackend(cfg, w, numSlots, 1)
-			if err != nil {
-				return nil, err
-			}
-			hb = &hostHeadsBackend{CPUBackend: cb, cfg: cfg, lm: w.LMHead.Float32()}
-			return hb, nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	target, hb := loadHostHeadsTarget(t, 256)
 	defer target.Close()
 	set, err := safetensors.Open(filepath.Join(shippedHeads, WeightsFile))
 	if err != nil {

@@ -18,20 +18,9 @@ import (
 // Output equals plain decoding either way. The backend runs the heads on
 // the host (hostHeadsBackend) and counts the rows it ran them on.
 func TestAdaptiveHeadsPriced(t *testing.T) {
-	var hb *hostHeadsBackend
-	target, err := engine.Load(shippedTarget, engine.LoadOptions{KVTokens: 4096, DisablePrefixCache: true,
-		NewBackend: func(cfg engine.Config, w *engine.Weights, numSlots int) (engine.Backend, error) {
-			cb, err := engine.NewCPUBackend(cfg, w, numSlots, 1)
-			if err != nil {
-				return nil, err
-			}
-			hb = &hostHeadsBackend{CPUBackend: cb, cfg: cfg, lm: w.LMHead.Float32()}
-			return hb, nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	target, hb := loadHostHeadsTarget(t, 4096)
 	defer target.Close()
+	var err error
 	plain := engine.New(target, engine.Options{})
 	defer plain.Close()
 	prompts := speculative.BenchPrompts()[:3]
