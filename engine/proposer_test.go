@@ -365,17 +365,7 @@ func TestDormantSpeculationUsesMultiStep(t *testing.T) {
 	p := &neverPays{}
 	e := New(m, Options{Proposers: []Proposer{p}, DecodeSteps: 8})
 	defer e.Close()
-	var chunks []int
-	got := []int32{}
-	_, err := e.Generate(context.Background(), GenerateRequest{Prompt: prompt, MaxTokens: 120, Sampling: SamplingParams{SkipLogprobs: true}},
-		func(c Chunk) error {
-			got = append(got, c.Tokens...)
-			chunks = append(chunks, len(c.Tokens))
-			return nil
-		})
-	if err != nil {
-		t.Fatal(err)
-	}
+	got, chunks := generateChunks(t, e, prompt, 120)
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("output differs from plain decoding")
 	}
@@ -421,4 +411,20 @@ func generateTogether(ctx context.Context, e *Engine, reqs []GenerateRequest) ([
 	}
 	wg.Wait()
 	return outs, errs
+}
+
+// generateChunks runs one greedy request (no logprobs) of maxTokens and
+// returns its tokens and the size of each chunk the engine streamed.
+func generateChunks(t *testing.T, e *Engine, prompt []int32, maxTokens int) (got []int32, chunks []int) {
+	t.Helper()
+	_, err := e.Generate(context.Background(), GenerateRequest{Prompt: prompt, MaxTokens: maxTokens, Sampling: SamplingParams{SkipLogprobs: true}},
+		func(c Chunk) error {
+			got = append(got, c.Tokens...)
+			chunks = append(chunks, len(c.Tokens))
+			return nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got, chunks
 }

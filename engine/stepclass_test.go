@@ -267,17 +267,7 @@ func TestDormantHiddenProposerUsesMultiStep(t *testing.T) {
 	}
 	e := New(m, Options{Proposers: []Proposer{p}, DecodeSteps: 8, StepClassCost: price})
 	defer e.Close()
-	var chunks []int
-	var got []int32
-	_, err := e.Generate(context.Background(), GenerateRequest{Prompt: prompt, MaxTokens: 150, Sampling: SamplingParams{SkipLogprobs: true}},
-		func(c Chunk) error {
-			got = append(got, c.Tokens...)
-			chunks = append(chunks, len(c.Tokens))
-			return nil
-		})
-	if err != nil {
-		t.Fatal(err)
-	}
+	got, chunks := generateChunks(t, e, prompt, 150)
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatal("output differs from plain decoding")
 	}
