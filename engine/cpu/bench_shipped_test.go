@@ -59,17 +59,7 @@ func BenchmarkMatmulHalfT(b *testing.B) {
 // reachable from package cpu.
 func BenchmarkThreadPolicy(b *testing.B) {
 	for _, dir := range []string{"../../models/specgate-target", "../../models/specgate-draft"} {
-		if _, err := os.Stat(dir); err != nil {
-			b.Skip(dir, " not present")
-		}
-		cfg, err := model.LoadConfig(dir)
-		if err != nil {
-			b.Fatal(err)
-		}
-		w, err := model.LoadWeights(dir, cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
+		cfg, w := loadShipped(b, dir)
 		type setting struct {
 			name    string
 			threads int
@@ -144,17 +134,7 @@ func BenchmarkThreadPolicy(b *testing.B) {
 // pinned (taskset -c 1) and alternate binaries to compare two versions.
 func BenchmarkForwardMix(b *testing.B) {
 	dir := "../../models/specgate-target"
-	if _, err := os.Stat(dir); err != nil {
-		b.Skip(dir, " not present")
-	}
-	cfg, err := model.LoadConfig(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	w, err := model.LoadWeights(dir, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
+	cfg, w := loadShipped(b, dir)
 	be, err := New(cfg, w, 512, Options{Threads: 1})
 	if err != nil {
 		b.Fatal(err)
@@ -207,4 +187,22 @@ func BenchmarkForwardMix(b *testing.B) {
 			b.ReportMetric(q(d[j], 0.1)/q(d[0], 0.1), fmt.Sprintf("x%d-p10", n))
 		}
 	}
+}
+
+// loadShipped loads a shipped model's config and weights, skipping the
+// benchmark when the directory is not there.
+func loadShipped(b *testing.B, dir string) (model.Config, *model.Weights) {
+	b.Helper()
+	if _, err := os.Stat(dir); err != nil {
+		b.Skip(dir, " not present")
+	}
+	cfg, err := model.LoadConfig(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := model.LoadWeights(dir, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return cfg, w
 }
