@@ -105,5 +105,28 @@ func argmaxBuf(it *BatchItem, rows int) []int32 {
 // over the rows' argmax tokens: argmax[0] is the target's token after the
 // pending token, argmax[j+1] after node j.
 func verifyArgmax(toks, parents, argmax []int32) verdict {
-	return walkGreedy(toks, treeKids(parents), func(v int) int32 { return argmax[v+1] })
+	// walkGreedy's walk without its child lists (a slice per node, every
+	// step): children have larger indices than their parent, and the
+	// first child in index order with the target's token is taken.
+	var out verdict
+	v := -1
+	for {
+		t := argmax[v+1]
+		next := -1
+		for i := v + 1; i < len(parents); i++ {
+			if int(parents[i]) == v && toks[i] == t {
+				next = i
+				break
+			}
+		}
+		if next < 0 {
+			out.bonus = t
+			return out
+		}
+		if out.path == nil {
+			out.path = make([]int, 0, len(toks))
+		}
+		out.path = append(out.path, next)
+		v = next
+	}
 }

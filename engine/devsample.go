@@ -50,6 +50,6 @@ func (e *Engine) sampledOnDevice(r *request, it BatchItem) bool {
 	}
 	r.generated = append(r.generated, rs.Token)
 	e.generated.Add(1)
-	r.out <- stepOut{toks: []int32{rs.Token}, logprobs: []float32{rs.Logprob}}
+	e.handOut(r, stepOut{toks: []int32{rs.Token}, logprobs: []float32{rs.Logprob}})
 	return true
 }

@@ -92,6 +92,9 @@ type Engine struct {
 	// nanoseconds of host time: steps, their Propose phase (budget and
 	// proposer calls), their backend forwards
 	stepNs, proposeNs, forwardNs atomic.Int64
+	// of the rest: handing outputs over after the forward (sampling,
+	// verification, KV compaction), of which the KV compaction
+	verifyNs, keepNs atomic.Int64
 
 	// scheduler-owned
 	nextID  RequestID
@@ -149,6 +152,10 @@ type Stats struct {
 	// budgets and in Propose calls, ForwardTime the part in the target's
 	// forwards.
 	StepTime, ProposeTime, ForwardTime time.Duration
+	// VerifyTime is the part after the forward that samples, verifies
+	// trees and hands the outputs over; KeepTime, of it, the KV compaction
+	// of verified trees (Sequence.KeepTree).
+	VerifyTime, KeepTime time.Duration
 }
 
 // Stats returns current counters. Safe for concurrent use.
@@ -161,7 +168,8 @@ func (e *Engine) Stats() Stats {
 		Forwards: e.forwards.Load(), SpecSteps: e.specSteps.Load(), SpecProposed: e.specProposed.Load(),
 		SpecAccepted: e.specAccepted.Load(), SpecBudgetUsed: e.specBudget.Load(),
 		ProposeErrors: e.proposeErrors.Load(), StepTime: time.Duration(e.stepNs.Load()),
-		ProposeTime: time.Duration(e.proposeNs.Load()), ForwardTime: time.Duration(e.forwardNs.Load())}
+		ProposeTime: time.Duration(e.proposeNs.Load()), ForwardTime: time.Duration(e.forwardNs.Load()),
+		VerifyTime: time.Duration(e.verifyNs.Load()), KeepTime: time.Duration(e.keepNs.Load())}
 	for i := range st.AcceptedAt {
 		st.AcceptedAt[i] = e.acceptedAt[i].Load()
 	}
@@ -232,7 +240,7 @@ type request struct {
 	ctx      context.Context
 	req      GenerateRequest
 	maxNew   int
-	out      chan stepOut  // capacity 1
+	out      chan stepOut  // capacity maxAhead
 	released chan struct{} // closed once the KV is freed
 
 	// scheduler-owned
@@ -245,8 +253,14 @@ type request struct {
 	stats     SpecStats
 	sampler   SamplingParams
 	rng       *rand.Rand
-	awaiting  bool       // waiting for the caller's continue/stop
-	spec      *specState // nil: plain decoding
+	// pending: outputs handed to the caller and not yet acknowledged
+	// (evContinue); at maxAhead the request waits for its caller. ended:
+	// the caller will stop at an output already handed to it (an end
+	// token, the token limit, an error), so no step serves it again.
+	pending int
+	ended   bool
+	stopIDs []int32    // the end tokens: Config.EOS and StopTokenIDs
+	spec    *specState // nil: plain decoding
 	// recompute: the KV was given back under memory pressure; recomputeCtx
 	// (prompt + generated but the pending token) is prefilled again.
 	recompute    bool
@@ -288,7 +302,7 @@ func (e *Engine) Generate(ctx context.Context, req GenerateRequest, emit func(Ch
 		res.Finish = FinishCancelled
 		return res, err
 	}
-	r := &request{ctx: ctx, req: req, maxNew: maxNew, out: make(chan stepOut, 1), released: make(chan struct{}), submitted: time.Now()}
+	r := &request{ctx: ctx, req: req, maxNew: maxNew, out: make(chan stepOut, maxAhead), released: make(chan struct{}), submitted: time.Now()}
 	select {
 	case e.events <- event{evSubmit, r}:
 	case <-e.quit:
@@ -509,7 +523,6 @@ func holdBack(s string, stops []string) int {
 func (e *Engine) loop() {
 	defer close(e.done)
 	var running, waiting []*request
-	inflight := 0 // requests awaiting their caller's continue/stop
 	var stepNo uint64
 	remove := func(list []*request, r *request) []*request {
 		for i, a := range list {
@@ -531,23 +544,14 @@ func (e *Engine) loop() {
 			r.id = e.nextID
 			e.setup(r)
 			if err := e.fits(r); err != nil {
-				r.awaiting = true
-				inflight++
 				running = append(running, r) // released by its evStop
 				e.fail(r, err)
 				break
 			}
 			waiting = append(waiting, r)
 		case evContinue:
-			if r.awaiting {
-				r.awaiting = false
-				inflight--
-			}
+			r.pending--
 		case evStop:
-			if r.awaiting {
-				r.awaiting = false
-				inflight--
-			}
 			running = remove(running, r)
 			waiting = remove(waiting, r)
 			e.release(r)
@@ -574,8 +578,9 @@ func (e *Engine) loop() {
 			}
 			continue
 		}
-		// gather what arrived; give callers busy with their last token a moment to join.
-		deadline := time.NewTimer(e.opts.AckWait)
+		// gather what arrived; give callers maxAhead outputs behind a moment
+		// to catch up and join.
+		var deadline *time.Timer
 	gather:
 		for {
 			select {
@@ -583,12 +588,14 @@ func (e *Engine) loop() {
 				handle(ev)
 				continue
 			case <-e.quit:
-				deadline.Stop()
 				return
 			default:
 			}
-			if inflight == 0 {
+			if !behind(running) {
 				break
+			}
+			if deadline == nil {
+				deadline = time.NewTimer(e.opts.AckWait)
 			}
 			select {
 			case ev := <-e.events:
@@ -596,11 +603,12 @@ func (e *Engine) loop() {
 			case <-deadline.C:
 				break gather
 			case <-e.quit:
-				deadline.Stop()
 				return
 			}
 		}
-		deadline.Stop()
+		if deadline != nil {
+			deadline.Stop()
+		}
 		running, waiting = e.admitWaiting(running, waiting)
 		count()
 		ready = e.readyList(running)
@@ -629,20 +637,38 @@ func (e *Engine) loop() {
 			waiting = slices.Insert(waiting, at, r)
 		}
 		count()
-		served := e.step(ready, len(running))
-		for _, r := range served {
-			if !r.finished {
-				r.awaiting = true
-				inflight++
-			}
+		e.step(ready, len(running))
+	}
+}
+
+// maxAhead is how many outputs a request's caller may have yet to
+// acknowledge when a step serves it: with 2, a step runs while the caller
+// turns the previous step's tokens into text and emits them (its
+// acknowledgement, a round trip between goroutines, cost every step of a
+// lone request ~30 µs on the H100 host when the step waited for it). The
+// caller stops at an output the scheduler cannot foresee (a stop string, a
+// failed emit) at most one step late; that step's tokens are not emitted.
+const maxAhead = 2
+
+// canServe reports whether a step may serve r (running, not finished, its
+// caller not maxAhead outputs behind and not about to stop).
+func (r *request) canServe() bool { return !r.finished && !r.ended && r.pending < maxAhead }
+
+// behind reports whether a running request waits only for its caller to
+// catch up.
+func behind(running []*request) bool {
+	for _, r := range running {
+		if !r.finished && !r.ended && r.pending >= maxAhead {
+			return true
 		}
 	}
+	return false
 }
 
 func (e *Engine) readyList(running []*request) []*request {
 	var out []*request
 	for _, r := range running {
-		if !r.awaiting && !r.finished {
+		if r.canServe() {
 			out = append(out, r)
 		}
 	}
@@ -652,6 +678,7 @@ func (e *Engine) readyList(running []*request) []*request {
 // setup initialises a submitted request's sampling and speculation state.
 func (e *Engine) setup(r *request) {
 	r.sampler = r.req.Sampling
+	r.stopIDs = append(slices.Clip(e.m.Config.EOS), r.req.StopTokenIDs...)
 	r.rng = NewRand(r.req.Sampling.Seed)
 	props := e.opts.Proposers
 	if r.req.Proposers != nil {
@@ -690,8 +717,8 @@ func (e *Engine) admitWaiting(running, waiting []*request) ([]*request, []*reque
 	kv := e.m.kv
 	for len(waiting) > 0 {
 		r := waiting[0]
-		if r.awaiting || r.finished {
-			break // its caller still holds the last step's output
+		if !r.canServe() {
+			break // its caller is behind, or stops
 		}
 		need := kv.BlocksFor(len(r.context()) + 1)
 		if len(running) > 0 && kv.AvailableBlocks() < need+e.watermark() {
@@ -740,7 +767,25 @@ func (e *Engine) release(r *request) {
 
 // fail ends a request with err: the caller sees err, then hands the request back.
 func (e *Engine) fail(r *request, err error) {
-	r.out <- stepOut{err: err}
+	e.handOut(r, stepOut{err: err})
+}
+
+// handOut gives r's caller a step's output (r.generated already holds its
+// tokens). The caller stops at an error, an end token or the token limit;
+// the scheduler sees those too and serves r no more (ended).
+func (e *Engine) handOut(r *request, so stepOut) {
+	if so.err != nil || len(r.generated) >= r.maxNew {
+		r.ended = true
+	} else {
+		for _, t := range so.toks {
+			if slices.Contains(r.stopIDs, t) {
+				r.ended = true
+				break
+			}
+		}
+	}
+	r.pending++
+	r.out <- so
 }
 
 // context is what a request's KV must hold before its next decode: the
@@ -914,7 +959,7 @@ func (e *Engine) step(ready []*request, active int) []*request {
 				if r.spec != nil {
 					r.spec.skipped(len(toks))
 				}
-				r.out <- stepOut{toks: toks}
+				e.handOut(r, stepOut{toks: toks})
 				served = append(served, r)
 				continue
 			case !errors.Is(err, ErrKVExhausted) && !errors.Is(err, ErrContextLength):
@@ -998,6 +1043,7 @@ func (e *Engine) step(ready []*request, active int) []*request {
 			}
 		}
 	}
+	tVerify := time.Now()
 	for i, p := range plan {
 		r := p.r
 		if r == nil {
@@ -1011,7 +1057,7 @@ func (e *Engine) step(ready []*request, active int) []*request {
 				if r.prefilled == len(ctxToks) {
 					r.recompute = false
 				}
-				r.out <- stepOut{} // progress without a token: keeps cancellation checks per step
+				e.handOut(r, stepOut{}) // progress without a token: keeps cancellation checks per step
 				continue
 			}
 		}
@@ -1027,6 +1073,7 @@ func (e *Engine) step(ready []*request, active int) []*request {
 			e.sampleInto(r, it.Logits)
 		}
 	}
+	e.verifyNs.Add(int64(time.Since(tVerify)))
 	if err == nil {
 		// the step's cost beyond proposing: forward, sampling, verification
 		T := 0
@@ -1051,7 +1098,7 @@ func (e *Engine) sampleInto(r *request, logits []float32) {
 	e.generated.Add(1)
 	so := stepOut{toks: []int32{t}}
 	r.addLogprobs(&so, logits)
-	r.out <- so
+	e.handOut(r, so)
 }
 
 // addLogprobs fills so's logprobs (and top alternatives when asked) from
@@ -1088,7 +1135,10 @@ func (e *Engine) verify(r *request, t *Proposal, it BatchItem) {
 	for _, n := range vd.path {
 		keep = append(keep, n+1)
 	}
-	if err := r.seq.KeepTree(keep); err != nil {
+	tKeep := time.Now()
+	err := r.seq.KeepTree(keep)
+	e.keepNs.Add(int64(time.Since(tKeep)))
+	if err != nil {
 		e.fail(r, fmt.Errorf("engine: keep accepted path: %w", err))
 		return
 	}
@@ -1118,5 +1168,5 @@ func (e *Engine) verify(r *request, t *Proposal, it BatchItem) {
 	sp.record(r, t, vd, e)
 	so := stepOut{toks: toks}
 	r.addLogprobs(&so, rows)
-	r.out <- so
+	e.handOut(r, so)
 }

@@ -57,7 +57,7 @@ func (e *Engine) lookAhead(c *specCand, cost *stepCost, now, E float64, T int, p
 		if c.n+j > c.cap || perReq+j > e.opts.MaxDraft || used+j > e.opts.SpecBudget || used+j > room {
 			return 0
 		}
-		run *= c.r.spec.accAt(c.k, c.n+j)
+		run *= c.accAt(c.n + j)
 		gain += run
 		if c.n+j > depth {
 			extra += levelCost

@@ -43,6 +43,16 @@ type specState struct {
 	// their NumHeads*TopK; headTop: their candidates for the pending token.
 	headsID, headsW, headsK int // headsK: the proposer's index in props
 	headTop                 []int32
+	// record's scratch (reused every verified step)
+	scrOn, scrTried, scrAcc []bool
+	scrDepth                []int
+	scrSrc                  []srcTally
+}
+
+// srcTally is one draft source's nodes proposed and accepted in a step.
+type srcTally struct {
+	src  string
+	p, a int
 }
 
 const (
@@ -265,7 +275,7 @@ func (e *Engine) mayPay(c *specCand, baseT, emit int) bool {
 	drafted := e.costOf(true, c.heads())
 	gain, run := 0.0, 1.0
 	for d := 1; d <= min(c.cap, 8); d++ {
-		run *= min(1, c.r.spec.accAt(c.k, d)+optimisticLift)
+		run *= min(1, c.accAt(d)+optimisticLift)
 		gain += run
 		if (float64(emit)+gain)/(drafted.at(baseT+d)+float64(d)*lc) > base*specMargin {
 			return true
@@ -288,6 +298,25 @@ type specCand struct {
 	blind  bool // needs the hidden row (heads' candidates) the last step did not fetch
 	// depthCap is a blind candidate's cap had it its hidden row (planHidden)
 	depthCap int
+	// memo[d]: accAt(d) of this step, -1 until asked (the budget asks per
+	// candidate, depth and look-ahead; a Confident proposer's estimate
+	// takes a lock and a lookup, and it cannot move within the budget's
+	// pass, which runs before any Propose call)
+	memo []float64
+}
+
+// accAt is the candidate's proposer's estimated conditional acceptance at
+// depth d in this step (specState.accAt, memoised).
+func (c *specCand) accAt(d int) float64 {
+	if d < len(c.memo) {
+		if v := c.memo[d]; v >= 0 {
+			return v
+		}
+		v := c.r.spec.accAt(c.k, d)
+		c.memo[d] = max(v, 0)
+		return v
+	}
+	return c.r.spec.accAt(c.k, d)
 }
 
 // probeShare is the part of a proposer's requests (at least probeMin)
@@ -444,6 +473,8 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 	}
 	vals := scr.cands[:0]
 	cands := scr.ptrs[:0]
+	memoW := e.opts.MaxDraft + 1
+	memo := growTo(&scr.memo, n*memoW)
 	for _, r := range reqs {
 		sp := r.spec
 		sp.id = r.id
@@ -457,7 +488,11 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 			}
 			if maxDepth > 0 {
 				g := sp.glob[k]
-				vals = append(vals, specCand{r: r, k: k, cap: maxDepth, run: 1, propID: id})
+				m := memo[len(vals)*memoW : (len(vals)+1)*memoW]
+				for i := range m {
+					m[i] = -1
+				}
+				vals = append(vals, specCand{r: r, k: k, cap: maxDepth, run: 1, propID: id, memo: m})
 				c := &vals[len(vals)-1]
 				if sp.blind(k) {
 					// its hidden row (or device heads' candidates) was not
@@ -496,7 +531,7 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 			want = c.cap
 		}
 		for c.n < want && used < e.opts.SpecBudget && used < room && c.r.spec.granted < e.opts.MaxDraft {
-			c.run *= c.r.spec.accAt(c.k, c.n+1)
+			c.run *= c.accAt(c.n + 1)
 			c.n++
 			used++
 			c.r.spec.granted++
@@ -516,7 +551,7 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 			if c.n >= c.cap || c.r.spec.granted >= e.opts.MaxDraft {
 				continue
 			}
-			v := c.run * c.r.spec.accAt(c.k, c.n+1)
+			v := c.run * c.accAt(c.n+1)
 			if best == nil || v > bestV {
 				best, bestV = c, v
 			}
@@ -540,7 +575,7 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 			if best.n+1 > depth[best.propID] {
 				extra = levelCost[best.propID]
 			}
-			v := best.run * best.r.spec.accAt(best.k, best.n+1)
+			v := best.run * best.accAt(best.n+1)
 			best.run = v
 			best.n++
 			used++
@@ -656,7 +691,7 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 		var t *Proposal
 		sp := r.spec
 		if len(cs) > 0 {
-			t, sp.from = mergeProposals(cs, r.sampler.Temperature <= 0)
+			t, sp.from = mergeProposals(cs, r.sampler.Temperature <= 0, &e.scr.merge)
 		}
 		if t == nil || t.Len() == 0 {
 			// granted but nothing proposed (no match, a lost or paused
@@ -682,12 +717,23 @@ func (e *Engine) noteTrees(n int) {
 	}
 }
 
+// mergeKey is a merged tree node: its parent there and its token.
+type mergeKey struct{ parent, tok int32 }
+
+// mergeScratch is mergeProposals' reused index and remap table.
+type mergeScratch struct {
+	index map[mergeKey]int32
+	remap []int32
+}
+
 // proposeScratch is propose's reused bookkeeping (scheduler-owned).
 type proposeScratch struct {
+	merge        mergeScratch
 	props        []Proposer
 	cands        []specCand
 	ptrs         []*specCand
 	levelCost    []float64
+	memo         []float64 // specCand.memo storage
 	depth        []int
 	paid, probed []bool
 	// dormant: the requests of the last step, when its budget granted
@@ -836,7 +882,7 @@ func (e *Engine) checkProposal(p *Proposal, budget, maxDepth int) error {
 // deterministic nodes (nodes drawn from a distribution keep their own
 // group, which lossless verification needs). from[i] has bit k set when
 // proposer k proposed node i.
-func mergeProposals(cs []contrib, greedy bool) (out *Proposal, from []uint64) {
+func mergeProposals(cs []contrib, greedy bool, scr *mergeScratch) (out *Proposal, from []uint64) {
 	if len(cs) == 1 && cs[0].p.Sources == nil {
 		p := cs[0].p
 		out = &Proposal{Tokens: p.Tokens, Parents: p.Parents, Q: p.Q, Source: p.Source}
@@ -853,15 +899,23 @@ func mergeProposals(cs []contrib, greedy bool) (out *Proposal, from []uint64) {
 		return out, from
 	}
 	out = &Proposal{}
-	type key struct {
-		parent int32
-		tok    int32
+	type key = mergeKey
+	if scr.index == nil {
+		scr.index = map[mergeKey]int32{}
 	}
-	index := map[key]int32{}
+	index := scr.index
+	clear(index)
+	total := 0
+	for _, c := range cs {
+		total += len(c.p.Tokens)
+	}
+	out.Tokens, out.Parents = make([]int32, 0, total), make([]int32, 0, total)
+	out.Sources, out.Q = make([]string, 0, total), make([][]float32, 0, total)
+	from = make([]uint64, 0, total)
 	anyQ := false
 	for _, c := range cs {
 		p := c.p
-		remap := make([]int32, len(p.Tokens))
+		remap := growTo(&scr.remap, len(p.Tokens))
 		for i, tok := range p.Tokens {
 			par := int32(-1)
 			if p.Parents[i] >= 0 {
@@ -917,21 +971,42 @@ func (sp *specState) record(r *request, t *Proposal, vd verdict, e *Engine) {
 	if st.BySource == nil {
 		st.BySource = map[string]SourceStats{}
 	}
-	onPath := make(map[int]bool, len(vd.path))
-	for _, n := range vd.path {
-		onPath[n] = true
+	n := t.Len()
+	onPath := growTo(&sp.scrOn, n)
+	for _, i := range vd.path {
+		onPath[i] = true
 	}
-	for i := range t.Tokens {
-		src := t.Source
-		if t.Sources != nil {
-			src = t.Sources[i]
+	if t.Sources == nil {
+		s := st.BySource[t.Source]
+		s.Proposed += n
+		s.Accepted += len(vd.path)
+		st.BySource[t.Source] = s
+	} else {
+		// tallied per distinct source first (a handful), then one map
+		// update per source instead of one per node
+		tally := sp.scrSrc[:0]
+	nodes:
+		for i, src := range t.Sources {
+			a := 0
+			if onPath[i] {
+				a = 1
+			}
+			for j := range tally {
+				if tally[j].src == src {
+					tally[j].p++
+					tally[j].a += a
+					continue nodes
+				}
+			}
+			tally = append(tally, srcTally{src, 1, a})
 		}
-		s := st.BySource[src]
-		s.Proposed++
-		if onPath[i] {
-			s.Accepted++
+		for _, x := range tally {
+			s := st.BySource[x.src]
+			s.Proposed += x.p
+			s.Accepted += x.a
+			st.BySource[x.src] = s
 		}
-		st.BySource[src] = s
+		sp.scrSrc = tally
 	}
 	for d := range vd.path {
 		if d >= len(st.AcceptedAt) {
@@ -946,7 +1021,7 @@ func (sp *specState) record(r *request, t *Proposal, vd verdict, e *Engine) {
 	e.specAccepted.Add(int64(len(vd.path)))
 	// per-proposer estimates: a node's depth is tried when its parent was
 	// accepted (or is the root); accepted when it is on the path.
-	depth := make([]int, t.Len())
+	depth := growTo(&sp.scrDepth, n)
 	for i, par := range t.Parents {
 		depth[i] = 1
 		if par >= 0 {
@@ -954,8 +1029,9 @@ func (sp *specState) record(r *request, t *Proposal, vd verdict, e *Engine) {
 		}
 	}
 	for k := range sp.props {
-		tried := map[int]bool{}
-		acc := map[int]bool{}
+		// tried[d]: a node of depth d was tried (its parent is the root or
+		// accepted); acc[d]: one was accepted
+		tried, acc := growTo(&sp.scrTried, n+2), growTo(&sp.scrAcc, n+2)
 		for i := range t.Tokens {
 			if i < len(sp.from) && sp.from[i]&(1<<uint(k%64)) == 0 {
 				continue

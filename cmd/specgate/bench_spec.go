@@ -35,6 +35,7 @@ func runBenchSpec(args []string) error {
 	draftVocab := fs.String("draft-vocab", "0", "comma-separated draft LM-head vocabulary limits (FR-Spec: the N most frequent tokens; 0 = all): each draft-model mode runs once per limit, rows named \"MODE v=N\"")
 	draftFreq := fs.String("draft-freq", "", "token frequencies ({\"counts\": [...]}) ranking the draft's restricted vocabulary (default: token_frequency.json in the draft's or the target's directory)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole benchmark to this file")
+	warmRuns := fs.Int("warm-runs", 2, "untimed runs of plain decoding at each concurrency level before its timed runs (GPU: new batch shapes are captured as CUDA graphs there, not in the first timed runs); 0: none")
 	control := fs.Bool("control", true, "end every run with plain decoding again in its own engine (row \"plain (control)\"): the run's noise and order effect")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -139,7 +140,7 @@ func runBenchSpec(args []string) error {
 		ps = append(ps, tm.Tokenizer.Encode(p, true))
 	}
 	rows, err := speculative.Bench(tm, dm, speculative.BenchOptions{Prompts: ps, MaxNew: *tokens, Runs: *runs,
-		Sampling: engine.SamplingParams{Temperature: float32(*temp)}, Concurrency: conc, Modes: modes,
+		Sampling: engine.SamplingParams{Temperature: float32(*temp)}, Concurrency: conc, Modes: modes, WarmRuns: warmFlag(*warmRuns),
 		ReportMismatch: *backend == "cuda", // GPU rounding may differ by step size: count, do not stop
 		Progress: func(s string) {
 			fmt.Fprintf(os.Stderr, "bench-spec: %s (%v)\n", s, time.Since(start).Round(time.Second))
@@ -152,4 +153,12 @@ func runBenchSpec(args []string) error {
 	fmt.Print(speculative.FormatBench(rows))
 	fmt.Fprintf(os.Stderr, "bench-spec: %v\n", time.Since(start).Round(time.Second))
 	return nil
+}
+
+// warmFlag maps --warm-runs (0: none) to BenchOptions.WarmRuns (0: the default).
+func warmFlag(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }

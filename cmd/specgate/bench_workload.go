@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"sort"
@@ -162,6 +163,7 @@ type wlReply struct {
 type wlBreakdown struct {
 	steps, graphs, replays         int64
 	step, propose, forward, device time.Duration
+	verify, keep                   time.Duration // of the step's rest: after the forward; of it, KV compaction
 	// pre: from the request's send to the engine's Generate call (HTTP,
 	// the gateway's cache lookup, tokenization, drafts); post: from
 	// Generate's return to the response read (rendering, the cache
@@ -177,6 +179,8 @@ func (b *wlBreakdown) add(o wlBreakdown) {
 	b.propose += o.propose
 	b.forward += o.forward
 	b.device += o.device
+	b.verify += o.verify
+	b.keep += o.keep
 	b.pre += o.pre
 	b.gen += o.gen
 	b.post += o.post
@@ -223,9 +227,9 @@ func (b wlBreakdown) line(wall time.Duration, n int) string {
 	if b.device > 0 {
 		dev = fmt.Sprintf("%.3f ms (%.0f µs/step)", ms(b.device), per(b.device))
 	}
-	return fmt.Sprintf("wall %.3f ms = before Generate %.3f + Generate %.3f (steps %.3f, between steps %.3f) + after %.3f; %.1f steps, %.0f µs/step: propose %.0f, forward %.0f, rest %.0f; device %s; graphs +%.1f, replays %.1f",
+	return fmt.Sprintf("wall %.3f ms = before Generate %.3f + Generate %.3f (steps %.3f, between steps %.3f) + after %.3f; %.1f steps, %.0f µs/step: propose %.0f, forward %.0f, rest %.0f (after the forward %.0f, of it KV keep %.0f); device %s; graphs +%.1f, replays %.1f",
 		ms(wall), ms(b.pre), ms(b.gen), ms(b.step), ms(b.gen-b.step), ms(b.post), float64(b.steps)/float64(max(n, 1)), per(b.step), per(b.propose), per(b.forward),
-		per(b.step-b.propose-b.forward), dev, float64(b.graphs)/float64(max(n, 1)), float64(b.replays)/float64(max(n, 1)))
+		per(b.step-b.propose-b.forward), per(b.verify), per(b.keep), dev, float64(b.graphs)/float64(max(n, 1)), float64(b.replays)/float64(max(n, 1)))
 }
 
 // wlProbe snapshots the in-process server's counters (nil: a remote server).
@@ -265,7 +269,7 @@ func wlPost(ctx context.Context, url, key string, r wlRequest, hdr map[string]st
 		after := wlProbe()
 		bd = wlBreakdown{steps: after.steps - before.steps, graphs: after.graphs - before.graphs, replays: after.replays - before.replays,
 			step: after.step - before.step, propose: after.propose - before.propose, forward: after.forward - before.forward,
-			device: after.device - before.device}
+			device: after.device - before.device, verify: after.verify - before.verify, keep: after.keep - before.keep}
 		if g := wlGen; g != nil {
 			if enter, exit := g.span(); enter.After(t0) && exit.After(enter) && t1.After(exit) {
 				bd.pre, bd.gen, bd.post = enter.Sub(t0), exit.Sub(enter), t1.Sub(exit)
@@ -357,6 +361,11 @@ func runBenchWorkload(args []string) error {
 			return fmt.Errorf("cpuprofile: %w", err)
 		}
 		defer f.Close()
+		// 1 kHz instead of pprof's 100 Hz: a drafted request's steps take a
+		// few ms on the GPU, too few samples otherwise. (The runtime then
+		// prints that the rate was already set; the profile's period says
+		// 10 ms, so read shares, not absolute times.)
+		runtime.SetCPUProfileRate(1000)
 		if err := pprof.StartCPUProfile(f); err != nil {
 			return fmt.Errorf("cpuprofile: %w", err)
 		}
@@ -601,7 +610,7 @@ func wlServer(dir, name, backend string, maxDraft int, fixed bool) (string, func
 	var devSum time.Duration
 	wlProbe = func() wlBreakdown {
 		st := eng.Stats()
-		b := wlBreakdown{steps: st.Steps, step: st.StepTime, propose: st.ProposeTime, forward: st.ForwardTime}
+		b := wlBreakdown{steps: st.Steps, step: st.StepTime, propose: st.ProposeTime, forward: st.ForwardTime, verify: st.VerifyTime, keep: st.KeepTime}
 		if gs, ok := m.Backend().(interface{ Stats() (int, int) }); ok {
 			g, r := gs.Stats()
 			b.graphs, b.replays = int64(g), int64(r)
