@@ -119,6 +119,8 @@ type Suffix struct {
 	rec  tenantRecords
 	trie *trie   // reused by every Propose call (under mu)
 	ms   []match // likewise
+	// Propose's scratch (under mu): the new context tokens, the context
+	buf, ctx []int32
 }
 
 type answerKey struct {
@@ -267,12 +269,13 @@ func (s *Suffix) Propose(_ context.Context, reqs []engine.ProposeRequest) ([]eng
 		st.matched = false
 		// the context: prompt + generated (pending last).
 		full := len(r.Prompt) + len(r.Generated)
-		ctx := make([]int32, 0, min(full, s.cfg.MaxMatch+1))
 		if !s.cfg.NoPrompt && st.indexed < full {
-			st.own.extend(0, tail(r.Prompt, r.Generated, st.indexed))
+			s.buf = appendTail(s.buf[:0], r.Prompt, r.Generated, st.indexed) // extend copies it
+			st.own.extend(0, s.buf)
 			st.indexed = full
 		}
-		ctx = append(ctx, tail(r.Prompt, r.Generated, max(0, full-s.cfg.MaxMatch-1))...)
+		s.ctx = appendTail(s.ctx[:0], r.Prompt, r.Generated, max(0, full-s.cfg.MaxMatch-1))
+		ctx := s.ctx
 		if st.ctl.paused() || r.Budget <= 0 || r.MaxDepth <= 0 {
 			continue
 		}
@@ -325,9 +328,8 @@ func (s *Suffix) Propose(_ context.Context, reqs []engine.ProposeRequest) ([]eng
 	return out, nil
 }
 
-// tail returns (a ++ b)[from:] as a new slice.
-func tail(a, b []int32, from int) []int32 {
-	out := make([]int32, 0, len(a)+len(b)-from)
+// appendTail appends (a ++ b)[from:] to out.
+func appendTail(out, a, b []int32, from int) []int32 {
 	if from < len(a) {
 		out = append(out, a[from:]...)
 		from = 0
