@@ -291,6 +291,24 @@ type graph struct {
 	qdim int
 	qv   []int8
 	qs   []float32
+
+	// The layers ≥ 1 again, for searches only, in a space of their own:
+	// the nodes on layer ≥ 1 numbered by slot (uslot[i] is node i's, -1
+	// for layer-0-only nodes; unode maps back), each slot's lists on
+	// layers 1.. at ulink[uoff[s]+(l-1)*ups] (count, then links as
+	// slots) and, in quantized graphs, its int8 copy at uqv[s*qdim:] with
+	// scale uqs[s]. A search scores ~330 upper-layer nodes (the full beam
+	// on every layer); in node space each expansion waited for upOff, then
+	// up, and each neighbour for its visited mark in a per-node array and
+	// its vector in a page of its own in the 51 MB arena (100 000 nodes);
+	// here the marks are a few KiB, the offsets 4 bytes a slot, and the
+	// whole upper graph ~3.7 MB. Maintained by appendNode and setLinks.
+	uslot []int32
+	unode []int32
+	uoff  []int32
+	ulink []int32
+	uqv   []int8
+	uqs   []float32
 }
 
 func newGraph(cfg HNSWConfig, seed uint64) *graph {
@@ -335,6 +353,28 @@ func (g *graph) setLinks(i int32, l int, ls []int32) {
 	}
 	o := int(g.upOff[i]) + (l-1)*g.ups
 	g.up[o] = int32(copy(g.up[o+1:o+g.ups], ls))
+	// The slot-space mirror. Every target is on layer l too, so it has a
+	// slot (add links only nodes its layer search found; Load checks it).
+	u := int(g.uoff[g.uslot[i]]) + (l-1)*g.ups
+	g.ulink[u] = g.up[o]
+	for k, j := range g.up[o+1 : o+1+int(g.up[o])] {
+		g.ulink[u+1+k] = g.uslot[j]
+	}
+}
+
+// ulinks returns slot s's neighbours (as slots) on layer l ≥ 1.
+func (g *graph) ulinks(s int32, l int) []int32 {
+	o := int(g.uoff[s]) + (l-1)*g.ups
+	return g.ulink[o+1 : o+1+int(g.ulink[o]) : o+g.ups]
+}
+
+// uscore is score for slot s.
+func (g *graph) uscore(qr *query, s int32) float32 {
+	if g.qdim == 0 {
+		return sim(qr.v, g.nodes[g.unode[s]])
+	}
+	o := int(s) * g.qdim
+	return qr.s * g.uqs[s] * float32(dotI8(qr.q, g.uqv[o:o+g.qdim:o+g.qdim]))
 }
 
 // appendNode adds n (with its level's link slots) and its per-node arrays.
@@ -350,6 +390,20 @@ func (g *graph) appendNode(n *node) int32 {
 		g.upOff = append(g.upOff, -1)
 	}
 	g.appendQuant(n.vec)
+	if level := len(n.links) - 1; level > 0 {
+		s := int32(len(g.unode))
+		g.uslot = append(g.uslot, s)
+		g.unode = append(g.unode, idx)
+		g.uoff = append(g.uoff, int32(len(g.ulink)))
+		g.ulink = append(g.ulink, make([]int32, level*g.ups)...)
+		if g.qdim > 0 {
+			o := int(idx) * g.qdim
+			g.uqv = append(g.uqv, g.qv[o:o+g.qdim]...)
+			g.uqs = append(g.uqs, g.qs[idx])
+		}
+	} else {
+		g.uslot = append(g.uslot, -1)
+	}
 	return idx
 }
 
@@ -404,6 +458,9 @@ func (g *graph) scoreNodes(a, b int32) float32 {
 type visited struct {
 	mark []uint8
 	gen  uint8
+	// umark is mark for upper-layer slots (searchUpper).
+	umark []uint8
+	ugen  uint8
 	// The search heaps' backing arrays, kept with the visited set so a
 	// search does not grow two new slices per layer.
 	cbuf, rbuf []cand
@@ -424,6 +481,32 @@ func (g *graph) getVisited() *visited {
 		vs.gen = 1
 	}
 	return vs
+}
+
+// getUpper is getVisited for a search of the upper layers (slot space).
+func (g *graph) getUpper() *visited {
+	vs, _ := g.visitPool.Get().(*visited)
+	if vs == nil {
+		vs = &visited{}
+	}
+	if len(vs.umark) < len(g.unode) {
+		vs.umark = make([]uint8, len(g.unode)+len(g.unode)/4+16)
+		vs.ugen = 0
+	}
+	vs.ugen++
+	if vs.ugen == 0 {
+		clear(vs.umark)
+		vs.ugen = 1
+	}
+	return vs
+}
+
+func (vs *visited) uvisit(s int32) bool {
+	if vs.umark[s] == vs.ugen {
+		return false
+	}
+	vs.umark[s] = vs.ugen
+	return true
 }
 
 func (vs *visited) visit(i int32) bool {
@@ -609,6 +692,85 @@ func (g *graph) searchLayer(q *query, eps []cand, ef, level int, liveOnly bool) 
 	return out
 }
 
+// searchUpper searches the upper layers top..1 in slot space (see
+// graph.uslot), each with a beam of ef seeded by all of the previous
+// layer's results, from the entry node; it returns layer 1's best as node
+// indices, most similar first: the seeds of layer 0. The same search as
+// searchLayer on each layer (same candidates, same order), without the
+// indirections of node space. Needs g.top ≥ 1.
+func (g *graph) searchUpper(q *query, ef int) []cand {
+	vs := g.getUpper()
+	cands := candHeap{c: vs.cbuf[:0]}
+	res := candHeap{c: vs.rbuf[:0]}
+	defer func() {
+		vs.cbuf, vs.rbuf = cands.c[:0], res.c[:0]
+		g.visitPool.Put(vs)
+	}()
+	es := g.uslot[g.entry]
+	var seed [1]cand
+	eps := append(seed[:0], cand{es, g.uscore(q, es)})
+	for level := g.top; level > 0; level-- {
+		if level < g.top {
+			// A fresh visited set per layer, as searchLayer has.
+			vs.ugen++
+			if vs.ugen == 0 {
+				clear(vs.umark)
+				vs.ugen = 1
+			}
+		}
+		cands.c, res.c = cands.c[:0], res.c[:0]
+		for _, ep := range eps {
+			if !vs.uvisit(ep.i) {
+				continue
+			}
+			cands.push(maxCand(ep))
+			if res.len() < ef {
+				res.push(ep)
+			} else if ep.s > res.top().s {
+				res.replaceTop(ep)
+			}
+		}
+		for cands.len() > 0 {
+			c := maxCand(cands.pop())
+			if res.len() >= ef && c.s < res.top().s {
+				break
+			}
+			links := g.ulinks(c.i, level)
+			if g.qdim > 0 {
+				for _, s := range links {
+					if vs.umark[s] != vs.ugen {
+						prefetchLines(&g.uqv[int(s)*g.qdim], g.qdim)
+					}
+				}
+			}
+			for _, s := range links {
+				if !vs.uvisit(s) {
+					continue
+				}
+				sc := g.uscore(q, s)
+				if res.len() < ef || sc > res.top().s {
+					cands.push(cand{s, -sc})
+					if res.len() < ef {
+						res.push(cand{s, sc})
+					} else {
+						res.replaceTop(cand{s, sc})
+					}
+				}
+			}
+		}
+		// The layer's results, most similar first, seed the next layer.
+		out := make([]cand, res.len())
+		for i := len(out) - 1; i >= 0; i-- {
+			out[i] = res.pop()
+		}
+		eps = out
+	}
+	for i := range eps {
+		eps[i].i = g.unode[eps[i].i]
+	}
+	return eps
+}
+
 // selectNeighbors is the HNSW heuristic: keep a candidate only if it is closer
 // to the base than to every neighbour kept so far, then fill up with the
 // pruned ones (keepPrunedConnections). cs must be sorted most similar first.
@@ -757,6 +919,8 @@ func (g *graph) reset(seed uint64, capacity int) {
 	g.ups = g.cfg.M + 1
 	g.up = nil
 	g.upOff = make([]int32, 0, capacity)
+	g.uslot = make([]int32, 0, capacity)
+	g.unode, g.uoff, g.ulink, g.uqv, g.uqs = nil, nil, nil, nil, nil
 	if g.qdim > 0 {
 		g.qv = make([]int8, 0, capacity*g.qdim)
 		g.qs = make([]float32, 0, capacity)
@@ -769,15 +933,14 @@ func (g *graph) search(q []float32, k, ef int) []Match {
 		return nil
 	}
 	qr := g.prep(q)
-	ep := cand{g.entry, g.score(qr, g.entry)}
 	// Every layer is searched with the full beam (not greedily above layer
 	// 0), and all of a layer's best nodes seed the next: one wrong greedy
 	// step on a coarse layer would otherwise leave layer 0 in the wrong
 	// region. On bench cache-http's template questions at 100 000 entries
 	// that took recall@1 at efSearch 32 from 0.955 to 0.998 (docs/cache.md).
-	eps := []cand{ep}
-	for l := g.top; l > 0; l-- {
-		eps = g.searchLayer(qr, eps, ef, l, false)
+	eps := []cand{{g.entry, g.score(qr, g.entry)}}
+	if g.top > 0 {
+		eps = g.searchUpper(qr, ef)
 	}
 	cs := g.searchLayer(qr, eps, ef, 0, true)
 	if g.qdim > 0 {

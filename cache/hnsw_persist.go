@@ -208,14 +208,24 @@ func (h *HNSW) Load(r io.Reader) error {
 		}
 		g.nodes = make([]*node, 0, len(nodes))
 		g.l0 = make([]int32, 0, len(nodes)*g.l0s)
+		lists := make([][][]int32, len(nodes))
 		for i, n := range nodes {
-			lists := n.links
-			n.links = make([][]int32, len(lists))
+			lists[i] = n.links
+			n.links = make([][]int32, len(lists[i]))
 			g.appendNode(n)
-			for l, ls := range lists {
+			g.dead[i] = dead[i]
+		}
+		for i := range nodes {
+			for l, ls := range lists[i] {
+				// A link on layer l leads to a node on layer l (add makes
+				// no other); searches index the upper layers by it.
+				for _, j := range ls {
+					if l >= len(nodes[j].links) {
+						return bad("namespace %q node %d: link on layer %d to node %d of %d levels", ns, i, l, j, len(nodes[j].links))
+					}
+				}
 				g.setLinks(int32(i), l, ls)
 			}
-			g.dead[i] = dead[i]
 		}
 		// Levels of later inserts continue from a seed derived from the count.
 		g.rng = rand.New(rand.NewPCG(seed+uint64(count), seed^0x9e3779b97f4a7c15))
