@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"unsafe"
+
+	"github.com/specgate/specgate/vecmath"
 )
 
 // HNSWConfig holds the parameters of the in-process HNSW index.
@@ -419,16 +421,20 @@ func (g *graph) appendQuant(v []float32) {
 
 // query is a vector prepared for scoring against the graph's nodes.
 type query struct {
-	v []float32
-	q []int8 // quantized v (nil without quantization)
-	s float32
+	v  []float32
+	q  []int8 // quantized v (nil without quantization)
+	s  float32
+	rq rowsQuery // q prepared for dotI8Rows
 }
+
+type rowsQuery = vecmath.RowsQuery
 
 func (g *graph) prep(v []float32) *query {
 	qr := &query{v: v}
 	if g.qdim > 0 {
 		qr.q = make([]int8, g.qdim)
 		qr.s = quantize(v, qr.q)
+		qr.rq = prepRows(qr.q)
 	}
 	return qr
 }
@@ -658,13 +664,17 @@ func (g *graph) searchLayer(q *query, eps []cand, ef, level int, liveOnly bool) 
 				}
 				links = links[1:]
 			}
+			var dots [64]int32
 			if g.qdim > 0 {
-				for _, j := range batch[:nb] {
-					prefetchLines(&g.qv[int(j)*g.qdim], g.qdim)
-				}
+				dotI8Rows(q.rq, g.qv, g.qdim, batch[:nb], dots[:nb])
 			}
-			for _, j := range batch[:nb] {
-				s := g.score(q, j)
+			for k, j := range batch[:nb] {
+				var s float32
+				if g.qdim > 0 { // g.score(q, j), from the batch's dot products
+					s = q.s * g.qs[j] * float32(dots[k])
+				} else {
+					s = sim(q.v, g.nodes[j])
+				}
 				if res.len() < ef || s > res.top().s {
 					cands.push(cand{j, -s})
 					if liveOnly && g.dead[j] {
@@ -736,24 +746,33 @@ func (g *graph) searchUpper(q *query, ef int) []cand {
 				break
 			}
 			links := g.ulinks(c.i, level)
-			if g.qdim > 0 {
-				for _, s := range links {
-					if vs.umark[s] != vs.ugen {
-						prefetchLines(&g.uqv[int(s)*g.qdim], g.qdim)
+			for len(links) > 0 { // unvisited neighbours in batches, as searchLayer
+				var batch, dots [64]int32
+				nb := 0
+				for len(links) > 0 && nb < len(batch) {
+					if s := links[0]; vs.uvisit(s) {
+						batch[nb] = s
+						nb++
 					}
+					links = links[1:]
 				}
-			}
-			for _, s := range links {
-				if !vs.uvisit(s) {
-					continue
+				if g.qdim > 0 {
+					dotI8Rows(q.rq, g.uqv, g.qdim, batch[:nb], dots[:nb])
 				}
-				sc := g.uscore(q, s)
-				if res.len() < ef || sc > res.top().s {
-					cands.push(cand{s, -sc})
-					if res.len() < ef {
-						res.push(cand{s, sc})
+				for k, s := range batch[:nb] {
+					var sc float32
+					if g.qdim > 0 { // g.uscore(q, s), from the batch's dot products
+						sc = q.s * g.uqs[s] * float32(dots[k])
 					} else {
-						res.replaceTop(cand{s, sc})
+						sc = sim(q.v, g.nodes[g.unode[s]])
+					}
+					if res.len() < ef || sc > res.top().s {
+						cands.push(cand{s, -sc})
+						if res.len() < ef {
+							res.push(cand{s, sc})
+						} else {
+							res.replaceTop(cand{s, sc})
+						}
 					}
 				}
 			}
