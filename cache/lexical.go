@@ -94,10 +94,13 @@ func fnv64[T string | []byte](seed byte, parts ...T) uint64 {
 	return h
 }
 
-// feat is one hashed feature and its weight.
+// feat is one hashed feature and its weight; seq is its position in its
+// group (mix sorts by hash, then seq: the stable order without a stable
+// sort). It fits the struct's padding.
 type feat struct {
-	h uint64
-	w float32
+	h   uint64
+	w   float32
+	seq uint32
 }
 
 func (l *Lexical) embed(text string) []float32 { return l.embedTokens(tokenize(text)) }
@@ -121,13 +124,13 @@ func (l *Lexical) embedTokens(ts []token) []float32 {
 		if t.neg {
 			w = 0.5
 		}
-		words = append(words, feat{fnv64(1, t.stem), w})
+		words = append(words, feat{fnv64(1, t.stem), w, uint32(len(words))})
 		if prev != "" {
 			bw := float32(1)
 			if prevStop || t.stemStop {
 				bw = 0.3
 			}
-			bigrams = append(bigrams, feat{fnv64(2, prev, t.stem), bw})
+			bigrams = append(bigrams, feat{fnv64(2, prev, t.stem), bw, uint32(len(bigrams))})
 		}
 		prev, prevStop = t.stem, t.stemStop
 		if stop {
@@ -149,7 +152,7 @@ func (l *Lexical) embedTokens(ts []token) []float32 {
 		nr := len(off) - 1
 		for n := 3; n <= 5; n++ {
 			for i := 0; i+n <= nr; i++ {
-				chars = append(chars, feat{fnv64(byte(n), b[off[i]:off[i+n]]), 1})
+				chars = append(chars, feat{fnv64(byte(n), b[off[i]:off[i+n]]), 1, uint32(len(chars))})
 			}
 		}
 	}
@@ -170,7 +173,15 @@ func (l *Lexical) mix(v []float32, fs []feat, weight float32) {
 	if len(fs) == 0 || weight == 0 {
 		return
 	}
-	slices.SortStableFunc(fs, func(a, b feat) int { return cmp.Compare(a.h, b.h) })
+	// By hash, equal hashes in the order they were added (seq is unique in
+	// the group): the order SortStableFunc by hash gave, about twice as
+	// fast on the ~150 features of a question.
+	slices.SortFunc(fs, func(a, b feat) int {
+		if a.h != b.h {
+			return cmp.Compare(a.h, b.h)
+		}
+		return cmp.Compare(a.seq, b.seq)
+	})
 	// Sum duplicates in place: fs[:n] holds each hash once.
 	n := 0
 	for _, f := range fs {
