@@ -269,6 +269,7 @@ type graph struct {
 	top       int   // level of entry
 	tombs     int
 	visitPool sync.Pool
+	scratch   sync.Pool // *searchScratch
 
 	// What a search touches per node, in flat arrays indexed by node (no
 	// pointer chasing through nodes[i]): layer-0 links in l0, node i's at
@@ -431,12 +432,38 @@ type rowsQuery = vecmath.RowsQuery
 
 func (g *graph) prep(v []float32) *query {
 	qr := &query{v: v}
-	if g.qdim > 0 {
-		qr.q = make([]int8, g.qdim)
-		qr.s = quantize(v, qr.q)
-		qr.rq = prepRows(qr.q)
-	}
+	g.prepInto(qr, nil)
 	return qr
+}
+
+// prepInto fills qr (qr.v set) for scoring, with its int8 buffers taken
+// from sc when sc is not nil (a search's scratch) and made otherwise.
+func (g *graph) prepInto(qr *query, sc *searchScratch) {
+	if g.qdim == 0 {
+		return
+	}
+	if sc == nil {
+		qr.q = make([]int8, g.qdim)
+		qr.s = quantize(qr.v, qr.q)
+		qr.rq = prepRows(qr.q)
+		return
+	}
+	if cap(sc.q) < g.qdim {
+		sc.q, sc.u = make([]int8, g.qdim), make([]uint8, g.qdim)
+	}
+	qr.q = sc.q[:g.qdim]
+	qr.s = quantize(qr.v, qr.q)
+	qr.rq = prepRowsInto(qr.q, sc.u[:g.qdim])
+}
+
+// searchScratch holds a search's buffers between searches (graph.scratch):
+// the query's int8 copies and the layer results, so that a search
+// allocates only what it returns.
+type searchScratch struct {
+	q      []int8
+	u      []uint8
+	e0, e1 []cand // searchUpper's layer results, alternately
+	l0     []cand // layer 0's results
 }
 
 // score is the traversal similarity of the query with node j: the int8
@@ -625,6 +652,12 @@ func (g *graph) greedy(q *query, ep cand, level int) cand {
 // searchLayer returns up to ef nearest nodes on level (most similar first).
 // With liveOnly, tombstones are traversed but not returned.
 func (g *graph) searchLayer(q *query, eps []cand, ef, level int, liveOnly bool) []cand {
+	return g.searchLayerInto(q, eps, ef, level, liveOnly, nil)
+}
+
+// searchLayerInto is searchLayer writing its results into dst's backing
+// array when it is large enough (dst may be nil).
+func (g *graph) searchLayerInto(q *query, eps []cand, ef, level int, liveOnly bool, dst []cand) []cand {
 	vs := g.getVisited()
 	cands := candHeap{c: vs.cbuf[:0]} // maxCand: the most similar on top
 	res := candHeap{c: vs.rbuf[:0]}   // the least similar on top
@@ -695,7 +728,11 @@ func (g *graph) searchLayer(q *query, eps []cand, ef, level int, liveOnly bool) 
 			prefetchLines((*int8)(unsafe.Pointer(&g.l0[o])), g.l0s*4)
 		}
 	}
-	out := make([]cand, res.len())
+	out := dst[:0]
+	if cap(out) < res.len() {
+		out = make([]cand, res.len())
+	}
+	out = out[:res.len()]
 	for i := len(out) - 1; i >= 0; i-- {
 		out[i] = res.pop()
 	}
@@ -709,6 +746,15 @@ func (g *graph) searchLayer(q *query, eps []cand, ef, level int, liveOnly bool) 
 // searchLayer on each layer (same candidates, same order), without the
 // indirections of node space. Needs g.top ≥ 1.
 func (g *graph) searchUpper(q *query, ef int) []cand {
+	return g.searchUpperInto(q, ef, nil)
+}
+
+// searchUpperInto is searchUpper with its layer results in sc's buffers
+// (sc may be nil: they are made); the result aliases sc.
+func (g *graph) searchUpperInto(q *query, ef int, sc *searchScratch) []cand {
+	if sc == nil {
+		sc = &searchScratch{}
+	}
 	vs := g.getUpper()
 	cands := candHeap{c: vs.cbuf[:0]}
 	res := candHeap{c: vs.rbuf[:0]}
@@ -717,6 +763,7 @@ func (g *graph) searchUpper(q *query, ef int) []cand {
 		g.visitPool.Put(vs)
 	}()
 	es := g.uslot[g.entry]
+	useE1 := false
 	var seed [1]cand
 	eps := append(seed[:0], cand{es, g.uscore(q, es)})
 	for level := g.top; level > 0; level-- {
@@ -778,10 +825,22 @@ func (g *graph) searchUpper(q *query, ef int) []cand {
 			}
 		}
 		// The layer's results, most similar first, seed the next layer.
-		out := make([]cand, res.len())
+		// Into the buffer eps is not in (e0 and e1 alternate; the first
+		// layer's seed is on the stack).
+		buf := &sc.e0
+		if useE1 {
+			buf = &sc.e1
+		}
+		useE1 = !useE1
+		out := *buf
+		if cap(out) < res.len() {
+			out = make([]cand, res.len(), max(res.len(), ef))
+		}
+		out = out[:res.len()]
 		for i := len(out) - 1; i >= 0; i-- {
 			out[i] = res.pop()
 		}
+		*buf = out
 		eps = out
 	}
 	for i := range eps {
@@ -951,17 +1010,25 @@ func (g *graph) search(q []float32, k, ef int) []Match {
 	if g.entry < 0 {
 		return nil
 	}
-	qr := g.prep(q)
+	sc, _ := g.scratch.Get().(*searchScratch)
+	if sc == nil {
+		sc = &searchScratch{}
+	}
+	defer g.scratch.Put(sc)
+	qr := &query{v: q}
+	g.prepInto(qr, sc)
 	// Every layer is searched with the full beam (not greedily above layer
 	// 0), and all of a layer's best nodes seed the next: one wrong greedy
 	// step on a coarse layer would otherwise leave layer 0 in the wrong
 	// region. On bench cache-http's template questions at 100 000 entries
 	// that took recall@1 at efSearch 32 from 0.955 to 0.998 (docs/cache.md).
-	eps := []cand{{g.entry, g.score(qr, g.entry)}}
+	var seed [1]cand
+	eps := append(seed[:0], cand{g.entry, g.score(qr, g.entry)})
 	if g.top > 0 {
-		eps = g.searchUpper(qr, ef)
+		eps = g.searchUpperInto(qr, ef, sc)
 	}
-	cs := g.searchLayer(qr, eps, ef, 0, true)
+	cs := g.searchLayerInto(qr, eps, ef, 0, true, sc.l0)
+	sc.l0 = cs
 	if g.qdim > 0 {
 		// Exact scores for what is returned (thresholds compare them): the
 		// best rescoreFactor·k by the int8 scores are re-scored and re-ranked

@@ -21,6 +21,29 @@ func (g *graph) upperRef(qr *query, ef int) []cand {
 	return eps
 }
 
+// searchRef is graph.search through upperRef, with fresh buffers.
+func (g *graph) searchRef(q []float32, k, ef int) []Match {
+	qr := g.prep(q)
+	cs := g.searchLayer(qr, g.upperRef(qr, ef), ef, 0, true)
+	if g.qdim > 0 {
+		if n := rescoreFactor * k; len(cs) > n {
+			cs = cs[:n]
+		}
+		for i := range cs {
+			cs[i].s = sim(q, g.nodes[cs[i].i])
+		}
+		sortCands(cs)
+	}
+	if len(cs) > k {
+		cs = cs[:k]
+	}
+	out := make([]Match, len(cs))
+	for i, c := range cs {
+		out[i] = Match{ID: g.nodes[c.i].id, Score: c.s}
+	}
+	return out
+}
+
 func upperTestVec(r *rand.Rand, dim int, sparse bool) []float32 {
 	v := make([]float32, dim)
 	if sparse {
@@ -46,7 +69,8 @@ func upperTestVec(r *rand.Rand, dim int, sparse bool) []float32 {
 // the same seeds for layer 0 (ids, scores, order) as the node-space search,
 // on int8 graphs (512-d sparse) and float32 graphs (16-d), with tombstones,
 // after a compaction, after Save/Load, and after inserts into a loaded
-// graph; and whole searches agree with the reference path.
+// graph; and whole searches (twice: the second reuses the first's scratch
+// buffers) agree with the reference path.
 func TestHNSWUpperMatchesNodeSpace(t *testing.T) {
 	for _, tc := range []struct {
 		dim    int
@@ -82,6 +106,13 @@ func TestHNSWUpperMatchesNodeSpace(t *testing.T) {
 						got, want := g.searchUpper(qr, ef), g.upperRef(qr, ef)
 						if fmt.Sprint(got) != fmt.Sprint(want) {
 							t.Fatalf("%s: query %d ef %d: upper seeds\n%v\nwant\n%v", what, qi, ef, got, want)
+						}
+						// The whole search, twice (the second reuses the
+						// first's scratch buffers).
+						for range 2 {
+							if got, want := g.search(q, 4, max(ef, 4)), g.searchRef(q, 4, max(ef, 4)); fmt.Sprint(got) != fmt.Sprint(want) {
+								t.Fatalf("%s: query %d ef %d: search\n%v\nwant\n%v", what, qi, ef, got, want)
+							}
 						}
 					}
 				}

@@ -14,3 +14,4 @@ func prepRows(q []int8) vecmath.RowsQuery { return vecmath.PrepRows(q) }
 func dotI8Rows(q vecmath.RowsQuery, arena []int8, stride int, rows, out []int32) {
 	vecmath.DotI8Rows(q, arena, stride, rows, out)
 }
+func prepRowsInto(q []int8, u []uint8) vecmath.RowsQuery { return vecmath.PrepRowsInto(q, u) }

@@ -20,6 +20,19 @@ func PrepRows(q []int8) RowsQuery {
 	return rq
 }
 
+// PrepRowsInto is PrepRows with the biased copy in u (len(u) ≥ len(q)) when
+// the kernel needs one, so a caller can reuse the buffer.
+func PrepRowsInto(q []int8, u []uint8) RowsQuery {
+	rq := RowsQuery{Q: q}
+	if useVNNI && len(q) >= 64 && len(q)%64 == 0 {
+		rq.u = u[:len(q)]
+		for i, x := range q {
+			rq.u[i] = uint8(x) ^ 0x80
+		}
+	}
+	return rq
+}
+
 // DotI8Rows sets out[k] to DotI8(q.Q, arena[o:o+len(q.Q)]) with o =
 // rows[k]·stride, for every k < len(rows) (the same int32s), asking for
 // every row's lines first so that their cache misses overlap. It panics
