@@ -259,6 +259,11 @@ type request struct {
 	// token, the token limit, an error), so no step serves it again.
 	pending int
 	ended   bool
+	// kept is 1 + the tokens the caller took (Result.CompletionTokens),
+	// set before its evStop; 0: not known (the engine closed first). A
+	// step may have run past a stop string the caller found (maxAhead):
+	// FinishObserver learns only the kept tokens.
+	kept    atomic.Int64
 	stopIDs []int32    // the end tokens: Config.EOS and StopTokenIDs
 	spec    *specState // nil: plain decoding
 	// recompute: the KV was given back under memory pressure; recomputeCtx
@@ -312,6 +317,7 @@ func (e *Engine) Generate(ctx context.Context, req GenerateRequest, emit func(Ch
 		return res, ctx.Err()
 	}
 	res, err := e.consume(ctx, r, emit)
+	r.kept.Store(int64(res.CompletionTokens) + 1) // before evStop: release reads it
 	// hand the request back and wait until its KV is freed.
 	select {
 	case e.events <- event{evStop, r}:
@@ -354,6 +360,15 @@ func validateSampling(p SamplingParams) error {
 
 // results copied out under the scheduler's hand-off (read after released).
 func (r *request) cachedTokens() int { return r.cached }
+
+// keptTokens is the generated tokens the caller took (all of them when
+// unknown).
+func (r *request) keptTokens() []int32 {
+	if k := int(r.kept.Load()) - 1; k >= 0 && k < len(r.generated) {
+		return r.generated[:k]
+	}
+	return r.generated
+}
 
 // consume runs on the caller's goroutine: it turns tokens into text, checks
 // EOS, stop sequences and limits, and calls emit.
@@ -753,8 +768,8 @@ func (e *Engine) release(r *request) {
 	r.finished = true
 	if r.spec != nil {
 		for _, p := range r.spec.props {
-			if fo, ok := p.(FinishObserver); ok && len(r.generated) > 0 {
-				fo.Finished(r.id, r.req.Tenant, r.req.Prompt, r.generated)
+			if fo, ok := p.(FinishObserver); ok && len(r.keptTokens()) > 0 {
+				fo.Finished(r.id, r.req.Tenant, r.req.Prompt, r.keptTokens())
 			}
 			p.Release(r.id)
 		}

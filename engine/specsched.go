@@ -332,7 +332,8 @@ const (
 
 // limitProbes keeps, per proposer, the probes of its least recently
 // probed requests: at most max(probeMin, n/probeShare) of its n
-// candidates (proposers by specCand.propID, nProps of them).
+// candidates, probeMin while the proposer is dormant (proposers by
+// specCand.propID, nProps of them).
 func limitProbes(cands []*specCand, nProps int) {
 	var probes []*specCand
 	for _, c := range cands {
@@ -352,7 +353,15 @@ func limitProbes(cands []*specCand, nProps int) {
 	})
 	kept := make([]int, nProps)
 	for _, c := range probes {
-		if kept[c.propID] < max(probeMin, n[c.propID]/probeShare) {
+		limit := max(probeMin, n[c.propID]/probeShare)
+		if g := c.r.spec.glob; c.k < len(g) && g[c.k].dormant {
+			// its last probe did not pay: a re-check needs a few requests,
+			// not a quarter of them (a Medusa probe runs the heads of every
+			// probed request on the CPU: 1.8% of a bench spec run at
+			// concurrency 32 that proposed nothing)
+			limit = probeMin
+		}
+		if kept[c.propID] < limit {
 			kept[c.propID]++
 			continue
 		}

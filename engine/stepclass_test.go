@@ -133,6 +133,27 @@ func TestLimitProbes(t *testing.T) {
 	if !p2[0].probe || !p2[1].probe || p2[2].probe {
 		t.Fatalf("the other proposer's probes changed: %v %v %v", p2[0].probe, p2[1].probe, p2[2].probe)
 	}
+	// a dormant proposer (its last probe did not pay) probes probeMin
+	// requests, the least recently probed ones
+	dormant := &propState{dormant: true}
+	for i, c := range p1 {
+		c.probe = true
+		c.r.spec.glob = []*propState{dormant}
+		c.r.spec.lastProbe[0] = int64(100 - i)
+	}
+	limitProbes(p1, 1)
+	kept = 0
+	for i, c := range p1 {
+		if c.probe {
+			kept++
+			if i < 16-probeMin {
+				t.Fatalf("dormant: request %d (probed at step %d) kept, a less recently probed one dropped", i, 100-i)
+			}
+		}
+	}
+	if kept != probeMin {
+		t.Fatalf("dormant: %d of 16 probes kept, want %d", kept, probeMin)
+	}
 }
 
 // hiddenNever drafts token tok (which the test's target never chooses)
