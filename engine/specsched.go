@@ -683,7 +683,12 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 				continue
 			}
 			maxD = max(maxD, proposalDepth(&pr))
-			got[c.r] = append(got[c.r], contrib{k: c.k, p: pr})
+			ex, run := 0.0, 1.0
+			for d := 1; d <= c.n; d++ {
+				run *= c.accAt(d)
+				ex += run
+			}
+			got[c.r] = append(got[c.r], contrib{k: c.k, p: pr, e: ex})
 		}
 		if e.propCost[p] == nil {
 			e.propCost[p] = &costWindow{}
@@ -700,7 +705,15 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 		var t *Proposal
 		sp := r.spec
 		if len(cs) > 0 {
-			t, sp.from = mergeProposals(cs, r.sampler.Temperature <= 0, &e.scr.merge)
+			greedy := r.sampler.Temperature <= 0
+			if greedy && len(cs) > 1 {
+				// the likeliest proposer's nodes first: when its chain is
+				// accepted, the kept path is the tree's first nodes and the
+				// KV needs no compaction (on the GPU a device round trip of
+				// its own). Greedy only: sampled trees keep their order.
+				slices.SortStableFunc(cs, func(a, b contrib) int { return cmp.Compare(b.e, a.e) })
+			}
+			t, sp.from = mergeProposals(cs, greedy, &e.scr.merge)
 		}
 		if t == nil || t.Len() == 0 {
 			// granted but nothing proposed (no match, a lost or paused
@@ -805,6 +818,7 @@ func growTo[T any](buf *[]T, n int) []T {
 type contrib struct {
 	k int
 	p Proposal
+	e float64 // the budget's expected accepted nodes of the grant
 }
 
 // proposalDepth is the depth of the deepest node.
