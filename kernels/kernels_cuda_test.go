@@ -25,7 +25,10 @@ var (
 
 func testDevice(t *testing.T) *Device {
 	t.Helper()
-	devOnce.Do(func() { dev, devErr = Open(0) })
+	// The CUDA-core GEMV family's tests (TestGemv, TestGemvWide, ...) check
+	// that family: the tensor-core one (GemvMMA, on by default for small
+	// matrices) is turned on explicitly by TestGemvMMA.
+	devOnce.Do(func() { dev, devErr = OpenTuned(0, Tuning{GemvMMA: GemvMMAOff}) })
 	if devErr != nil {
 		if os.Getenv("SPECGATE_EXPECT_GPU") != "" {
 			t.Fatalf("Open: %v", devErr)

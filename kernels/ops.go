@@ -47,6 +47,9 @@ func (c *Ctx) Gemv(kind GemvKind, W, X, xrow, nw DevicePtr, eps float32, Y Devic
 	if M < 1 || M > GemvWideMaxM || K%8 != 0 || N <= 0 || (kind == GemvSwiGLU && N%2 != 0) {
 		return fmt.Errorf("gemv kind %d M=%d N=%d K=%d: %w", kind, M, N, K, ErrBadArg)
 	}
+	if c.useMMA(N, K) {
+		return c.gemvMMA(mmaNames[kind], W, X, xrow, nw, eps, Y, M, N, K)
+	}
 	units := N
 	if kind == GemvSwiGLU {
 		units = N / 2
@@ -258,6 +261,10 @@ func (c *Ctx) GemvQKVRope(W, X, xrow, nw DevicePtr, eps float32, qkv, pos, slots
 	N := (nh + 2*nkv) * hd
 	if M < 1 || M > GemvWideMaxM || H%8 != 0 || hd%2 != 0 || N <= 0 {
 		return fmt.Errorf("gemv_qkv_rope M=%d H=%d heads %d/%d hd %d: %w", M, H, nh, nkv, hd, ErrBadArg)
+	}
+	if c.useMMA(N, H) {
+		return c.gemvMMA("gemv_mma_qkv_rope", W, X, xrow, nw, eps, qkv, M, N, H,
+			P(pos), P(slots), P(invFreq), P(kc), P(vc), I(nh), I(nkv), I(hd))
 	}
 	mt := M
 	M, nch := c.gemvSplit(mt, H, N/2)

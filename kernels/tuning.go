@@ -37,6 +37,13 @@ type Tuning struct {
 	// blocks than the device has SMs keep chunks of up to GemvMaxM tokens
 	// instead of spreading over more, smaller chunks (ops_wide.go).
 	NoGemvSpread bool
+	// GemvMMA picks the fp16 projection family per matrix shape:
+	// GemvMMAAuto (0: the measured rule, ops_mma.go), GemvMMAOn (the
+	// tensor-core kernels wherever they apply) or GemvMMAOff (the CUDA-core
+	// GEMVs). Unlike the other knobs it changes results (fp16 inputs to the
+	// tensor cores), but never between batch sizes: plain and tree steps of
+	// one model always run each matrix on the same family.
+	GemvMMA int
 	// GemvPrefetch makes each GEMV block prefetch its weight rows to L2
 	// before loading its inputs: cost 9% of decode speed on an H100.
 	GemvPrefetch bool
@@ -108,6 +115,9 @@ func (t Tuning) withDefaults() (Tuning, error) {
 	default:
 		return bad("GemvWarps", t.GemvWarps)
 	}
+	if t.GemvMMA < GemvMMAOff || t.GemvMMA > GemvMMAOn {
+		return bad("GemvMMA", t.GemvMMA)
+	}
 	if t.AttnGroupMin < -1 {
 		return bad("AttnGroupMin", t.AttnGroupMin)
 	}
@@ -142,6 +152,7 @@ const (
 	EnvGemvWarps     = "SPECGATE_GEMV_WARPS"      // 8 | 4 | 2 | auto: GemvWarps
 	EnvGemvPrefetch  = "SPECGATE_GEMV_PREFETCH"   // "1": GemvPrefetch
 	EnvGemvSpread    = "SPECGATE_GEMV_SPREAD"     // "0": NoGemvSpread
+	EnvGemvMMA       = "SPECGATE_GEMV_MMA"        // on | off | auto: GemvMMA
 	EnvGemvRingBPS   = "SPECGATE_GEMV_RING_BPS"   // 0..8: GemvRingBlocksPerSM
 	EnvGemvRingWarps = "SPECGATE_GEMV_RING_WARPS" // 2..8: GemvRingWarps
 	EnvGemvRingMinK  = "SPECGATE_GEMV_RING_MINK"  // GemvRingMinK
@@ -194,6 +205,14 @@ func (t Tuning) WithEnv(getenv func(string) string) Tuning {
 	}
 	if getenv(EnvGemvSpread) == "0" {
 		t.NoGemvSpread = true
+	}
+	switch getenv(EnvGemvMMA) {
+	case "on":
+		t.GemvMMA = GemvMMAOn
+	case "off":
+		t.GemvMMA = GemvMMAOff
+	case "auto":
+		t.GemvMMA = GemvMMAAuto
 	}
 	intIn(EnvGemvRingBPS, 0, 8, &t.GemvRingBlocksPerSM)
 	intIn(EnvGemvRingWarps, 2, 8, &t.GemvRingWarps)

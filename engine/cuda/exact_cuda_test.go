@@ -42,7 +42,11 @@ func TestExactTreeMatchesPlainOnGPU(t *testing.T) {
 		ctx  int
 	}{{"default", kernels.Tuning{}, 100}, {"per-head", kernels.Tuning{AttnGroupMin: -1}, 100},
 		{"grouped", kernels.Tuning{AttnGroupMin: 2}, 100}, {"grouped-ctx600", kernels.Tuning{AttnGroupMin: 2}, 600},
-		{"default-ctx600", kernels.Tuning{}, 600}} {
+		{"default-ctx600", kernels.Tuning{}, 600},
+		// the projection families (round 8): tensor cores everywhere, and
+		// the CUDA-core GEMVs everywhere (the default picks per matrix)
+		{"mma", kernels.Tuning{GemvMMA: kernels.GemvMMAOn}, 100},
+		{"cudacore", kernels.Tuning{GemvMMA: kernels.GemvMMAOff}, 100}} {
 		t.Run(c.name, func(t *testing.T) { testExactTreeMatchesPlain(t, c.t, c.ctx) })
 	}
 }
@@ -104,7 +108,8 @@ func testExactTreeMatchesPlain(t *testing.T, tu kernels.Tuning, ctx int) {
 // cost of one target forward of a T-token tree at context 100 on the
 // shipped target, T = 1..64: device µs of the graph-replayed step (median
 // of 30, argmax rows only and logits back), exact (default) and
-// FastVerify (cuBLAS) side by side, and the device time per stage of the
+// FastVerify (cuBLAS) and the CUDA-core GEMV family (GemvMMA off: the projections
+// before round 8) side by side, and the device time per stage of the
 // eager step without PDL (stage profile, prof.go).
 func TestVerifyCostStagesOnGPU(t *testing.T) {
 	if os.Getenv("SPECGATE_PROFILE") == "" {
@@ -143,7 +148,7 @@ func TestVerifyCostStagesOnGPU(t *testing.T) {
 	}
 	var base float64
 	for _, c := range []cfg{{"exact", cuda.Options{TimeSteps: true}},
-		{"per-head", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{AttnGroupMin: -1}}},
+		{"cudacore", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvMMA: kernels.GemvMMAOff}}},
 		{"fastverify", cuda.Options{TimeSteps: true, FastVerify: true}}} {
 		m, be := load(c.opt)
 		s := m.NewSequence()

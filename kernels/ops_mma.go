@@ -1,0 +1,124 @@
+package kernels
+
+import "fmt"
+
+// Tensor-core projections (gemv_mma in llama_mma.cu, round 8): the GEMV
+// kinds and the fused QKV+RoPE step computed with mma.sync m16n8k16 (fp16
+// inputs staged from the fp32 activations, fp32 accumulation), tokens
+// padded to 16 per M-tile. A token's outputs depend only on its own inputs,
+// the weights and the K split, which is fixed per (N, K): the same bits
+// alone and in any batch of up to GemvWideMaxM tokens (TestGemvMMA), so
+// plain decoding and exact tree steps agree as long as one matrix always
+// runs on one family, which the choice below guarantees (it depends on the
+// matrix shape and the tuning, never on the token count). The bits differ
+// from the CUDA-core GEMV family's (fp16 inputs instead of fp32).
+
+// GemvMMA values (Tuning.GemvMMA).
+const (
+	GemvMMAAuto = 0  // the measured rule (mmaAuto)
+	GemvMMAOn   = 1  // every fp16 projection whose shape the kernel takes
+	GemvMMAOff  = -1 // never: the CUDA-core GEMV family
+)
+
+// mmaMaxSplit is the most K parts (warps per n-tile) a launch uses, and
+// mmaMaxWarps the most warps per block.
+const (
+	mmaMaxSplit = 8
+	mmaMaxWarps = 16
+	mmaTiles    = 4 // M-tiles of 16 tokens one block takes at most (MMA_TILES)
+)
+
+// mmaSplit is the K split of an N x K matrix: ks contiguous parts of K (the
+// largest power of two <= mmaMaxSplit leaving each part a multiple of 32
+// columns and at least 64). It depends on the shape only, so a token's bits
+// do not depend on the batch. ok is false for shapes the kernel does not
+// take (N % 8, K % 64).
+func mmaSplit(N, K int) (ks int, ok bool) {
+	if N <= 0 || N%8 != 0 || K <= 0 || K%64 != 0 {
+		return 0, false
+	}
+	ks = mmaMaxSplit
+	for ks > 1 && (K%(32*ks) != 0 || K/ks < 64) {
+		ks /= 2
+	}
+	return ks, true
+}
+
+// mmaLaunch is the launch shape for M tokens (free to depend on M: it only
+// moves whole n-tiles and M-tiles between blocks): mpb tokens per block row
+// (64, or less where their inputs do not fit in shared memory), nt n-tiles
+// per block (enough warps that each stages at most 4 of the block's tokens,
+// at most mmaMaxWarps), and the dynamic shared memory. ok is false when not
+// even 16 tokens fit.
+func (c *Ctx) mmaLaunch(M, K, ks int) (mpb, nt, smem int, ok bool) {
+	lim := c.d.MaxSmemOptin
+	if lim <= 0 {
+		lim = 48 << 10
+	}
+	lim -= 1024 // static shared memory (scale)
+	for mpb = 16 * mmaTiles; mpb >= 16; mpb -= 16 {
+		rows := min(M, mpb)
+		nt = 1
+		for nt*ks*4 < rows && 2*nt*ks <= mmaMaxWarps {
+			nt *= 2
+		}
+		smem = rows*(K+32)*2 + (ks-1)*nt*mmaTiles*512
+		if smem <= lim {
+			return mpb, nt, smem, true
+		}
+	}
+	return 0, 0, 0, false
+}
+
+// mmaAuto is GemvMMAAuto's rule: see docs/cuda.md round 8.
+func mmaAuto(N, K int) bool { return K <= 1024 }
+
+// useMMA reports whether the fp16 projection of an N x K matrix runs on
+// the tensor-core kernels on this device (sm_80 or newer).
+func (c *Ctx) useMMA(N, K int) bool {
+	if c.d.Major < 8 {
+		return false
+	}
+	ks, ok := mmaSplit(N, K)
+	if !ok {
+		return false
+	}
+	if _, _, _, ok := c.mmaLaunch(16, K, ks); !ok { // one M-tile must fit, whatever M
+		return false
+	}
+	switch c.d.tune.GemvMMA {
+	case GemvMMAOn:
+		return true
+	case GemvMMAOff:
+		return false
+	}
+	return mmaAuto(N, K)
+}
+
+// UsesMMA reports whether a projection of an N x K fp16 matrix runs on the
+// tensor-core family here (for tests and the stage profile).
+func (c *Ctx) UsesMMA(N, K int) bool { return c.useMMA(N, K) }
+
+var mmaNames = [...]string{GemvNorm: "gemv_mma_norm", GemvResid: "gemv_mma_resid", GemvPlain: "gemv_mma_plain",
+	GemvSwiGLU: "gemv_mma_swiglu"}
+
+// gemvMMA launches gemv_mma (name) over M tokens; extra are the RoPE
+// arguments of gemv_mma_qkv_rope.
+func (c *Ctx) gemvMMA(name string, W, X, xrow, nw DevicePtr, eps float32, Y DevicePtr, M, N, K int, extra ...uint64) error {
+	ks, ok := mmaSplit(N, K)
+	mpb, nt, smem, ok2 := c.mmaLaunch(M, K, ks)
+	if !ok || !ok2 || M < 1 || M > GemvWideMaxM {
+		return fmt.Errorf("%s M=%d N=%d K=%d: %w", name, M, N, K, ErrBadArg)
+	}
+	f, err := c.Func(name)
+	if err != nil {
+		return err
+	}
+	if err := c.smemAttr(name, f, smem); err != nil {
+		return err
+	}
+	tiles := N / 8
+	grid := Dim3{uint32((tiles + nt - 1) / nt), uint32((M + mpb - 1) / mpb), 1}
+	args := append([]uint64{P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), I(ks), I(M), I(mpb)}, extra...)
+	return c.launchPDL(f, grid, Dim3{uint32(32 * nt * ks), 1, 1}, smem, args...)
+}
