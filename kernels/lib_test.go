@@ -102,6 +102,9 @@ func TestTuningWithEnv(t *testing.T) {
 		{map[string]string{EnvHandoffSpinUS: "200"}, Tuning{HandoffSpin: 200 * time.Microsecond}},
 		{map[string]string{EnvHandoffSpinUS: "-5"}, Tuning{}},
 		{map[string]string{KernelDefinesEnv: " -DA=1  -DB=2 "}, Tuning{KernelDefines: []string{"-DA=1", "-DB=2"}}},
+		{map[string]string{EnvGemvMMA: "on", EnvGemvMMATiles: "1"}, Tuning{GemvMMA: GemvMMAOn, GemvMMATiles: 1}},
+		{map[string]string{EnvGemvMMA: "off", EnvGemvMMATiles: "3"}, Tuning{GemvMMA: GemvMMAOff}},
+		{map[string]string{EnvGemvMMA: "yes"}, Tuning{}},
 	} {
 		if got := (Tuning{}).WithEnv(env(c.env)); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("env %v: %+v, want %+v", c.env, got, c.want)
@@ -115,7 +118,7 @@ func TestTuningDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Tuning{Gemv: GemvShallow, GemvI8: GemvI8Hybrid8, GemvWarps: 8, GemvRingWarps: 8, AttnSplits: 8,
+	want := Tuning{Gemv: GemvShallow, GemvI8: GemvI8Hybrid8, GemvWarps: 8, GemvMMATiles: 4, GemvRingWarps: 8, AttnSplits: 8,
 		AttnSplitMinKeys: 256, HandoffSpin: DefaultHandoffSpin}
 	if !reflect.DeepEqual(d, want) {
 		t.Fatalf("defaults %+v, want %+v", d, want)
@@ -129,7 +132,8 @@ func TestTuningDefaults(t *testing.T) {
 		}
 	}
 	for _, bad := range []Tuning{{Gemv: "fast"}, {GemvI8: GemvRing}, {GemvWarps: 3}, {GemvRingBlocksPerSM: 9},
-		{GemvRingWarps: 1}, {GemvRingMinK: -1}, {AttnSplits: 65}, {AttnSplits: -1}, {AttnSplitMinKeys: -4}, {AttnGroupMin: -5}} {
+		{GemvRingWarps: 1}, {GemvRingMinK: -1}, {AttnSplits: 65}, {AttnSplits: -1}, {AttnSplitMinKeys: -4}, {AttnGroupMin: -5},
+		{GemvMMA: 2}, {GemvMMA: -2}, {GemvMMATiles: 2}} {
 		if _, err := bad.withDefaults(); !errors.Is(err, ErrBadArg) {
 			t.Errorf("%+v: err %v, want ErrBadArg", bad, err)
 		}

@@ -30,15 +30,15 @@
 //
 // Launch: block 32 * nt * ks threads (warp w: n-tile w % nt, K part w / nt),
 // grid (ceil(N/8 / nt), ceil(mt / mpb)); block row y takes tokens
-// [y * mpb, y * mpb + mpb) (mpb a multiple of 16, at most 64: up to 4
-// M-tiles per warp, each chunk of weights loaded once for all of them);
+// [y * mpb, y * mpb + mpb) (mpb a multiple of 16, at most 16 * MMA_TILES:
+// up to MMA_TILES M-tiles per warp, each chunk of weights loaded once for
+// all of them);
 // dynamic shared memory min(mt, mpb) * (K + 32) * 2 bytes of inputs +
-// (ks - 1) * nt * 4 * 512 bytes of partials. N % 8 == 0, K % (32 * ks) == 0.
+// (ks - 1) * nt * MMA_TILES * 512 bytes of partials. N % 8 == 0, K % (32 * ks) == 0.
 
 #ifndef MMA_D
 #define MMA_D 4  // 32-column chunks of weights in flight per lane
 #endif
-#define MMA_TILES 4  // M-tiles of 16 tokens per block (64 tokens)
 
 __device__ __forceinline__ void mma16816(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
   asm volatile(
@@ -52,7 +52,7 @@ __device__ __forceinline__ u32 pack_h2(float lo, float hi) {
   return (u32)f2h(lo) | ((u32)f2h(hi) << 16);
 }
 
-template <int NORM, int MODE>
+template <int NORM, int MODE, int MMA_TILES>
 __device__ void gemv_mma(const f16* __restrict__ W, const float* __restrict__ X, const int* __restrict__ xrow,
                          const f16* __restrict__ nw, float eps, float* __restrict__ Y, int N, int K, int ks, int mtot,
                          int mpb, RopeArgs ra) {
@@ -275,20 +275,27 @@ __device__ void gemv_mma(const f16* __restrict__ W, const float* __restrict__ X,
 }
 
 #define MMA_ARGS const f16 *W, const float *X, const int *xrow, const f16 *nw, float eps, float *Y, int N, int K, int ks, int mt, int mpb
-extern "C" __global__ void __launch_bounds__(512) gemv_mma_norm(MMA_ARGS) {
-  gemv_mma<1, 0>(W, X, xrow, nw, eps, Y, N, K, ks, mt, mpb, NO_ROPE);
-}
-extern "C" __global__ void __launch_bounds__(512) gemv_mma_resid(MMA_ARGS) {
-  gemv_mma<0, 1>(W, X, xrow, nw, eps, Y, N, K, ks, mt, mpb, NO_ROPE);
-}
-extern "C" __global__ void __launch_bounds__(512) gemv_mma_plain(MMA_ARGS) {
-  gemv_mma<0, 0>(W, X, xrow, nw, eps, Y, N, K, ks, mt, mpb, NO_ROPE);
-}
-extern "C" __global__ void __launch_bounds__(512) gemv_mma_swiglu(MMA_ARGS) {
-  gemv_mma<1, 2>(W, X, xrow, nw, eps, Y, N, K, ks, mt, mpb, NO_ROPE);
-}
-extern "C" __global__ void __launch_bounds__(512) gemv_mma_qkv_rope(MMA_ARGS, const int* pos, const int* slots,
-                                                                      const float* inv_freq, float* kc, float* vc,
-                                                                      int nh, int nkv, int hd) {
-  gemv_mma<1, 3>(W, X, xrow, nw, eps, Y, N, K, ks, mt, mpb, RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd});
-}
+// One instantiation per M-tiles-per-block count (1: small code for steps of
+// up to 16 tokens, where the kernel is latency bound; 4: up to 64 tokens
+// with each weight chunk loaded once for all of them). Same arithmetic per
+// M-tile, so the same bits.
+#define MMA_INST(TL)                                                                                          \
+  extern "C" __global__ void __launch_bounds__(256) gemv_mma_norm_t##TL(MMA_ARGS) {                           \
+    gemv_mma<1, 0, TL>(W, X, xrow, nw, eps, Y, N, K, ks, mt, mpb, NO_ROPE);                                   \
+  }                                                                                                           \
+  extern "C" __global__ void __launch_bounds__(256) gemv_mma_resid_t##TL(MMA_ARGS) {                          \
+    gemv_mma<0, 1, TL>(W, X, xrow, nw, eps, Y, N, K, ks, mt, mpb, NO_ROPE);                                   \
+  }                                                                                                           \
+  extern "C" __global__ void __launch_bounds__(256) gemv_mma_plain_t##TL(MMA_ARGS) {                          \
+    gemv_mma<0, 0, TL>(W, X, xrow, nw, eps, Y, N, K, ks, mt, mpb, NO_ROPE);                                   \
+  }                                                                                                           \
+  extern "C" __global__ void __launch_bounds__(256) gemv_mma_swiglu_t##TL(MMA_ARGS) {                         \
+    gemv_mma<1, 2, TL>(W, X, xrow, nw, eps, Y, N, K, ks, mt, mpb, NO_ROPE);                                   \
+  }                                                                                                           \
+  extern "C" __global__ void __launch_bounds__(256) gemv_mma_qkv_rope_t##TL(                                  \
+      MMA_ARGS, const int* pos, const int* slots, const float* inv_freq, float* kc, float* vc, int nh, int nkv, \
+      int hd) {                                                                                               \
+    gemv_mma<1, 3, TL>(W, X, xrow, nw, eps, Y, N, K, ks, mt, mpb, RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd}); \
+  }
+MMA_INST(1)
+MMA_INST(4)

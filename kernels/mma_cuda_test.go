@@ -6,7 +6,28 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
+	"unsafe"
 )
+
+// mmaKernelLog logs the registers and local (spill) bytes of the
+// tensor-core kernels.
+func mmaKernelLog(t testing.TB, c *Ctx) {
+	for _, name := range []string{"gemv_mma_norm_t1", "gemv_mma_resid_t1", "gemv_mma_plain_t1", "gemv_mma_swiglu_t1",
+		"gemv_mma_qkv_rope_t1", "gemv_mma_norm_t4", "gemv_mma_swiglu_t4", "gemv_mma_qkv_rope_t4"} {
+		f, err := c.Func(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		regs, err := c.FuncRegisters(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		local := new(int32)
+		cu.cuFuncGetAttribute.call(uintptr(unsafe.Pointer(local)), 3, uintptr(f)) // CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
+		t.Logf("%s: %d registers, %d bytes of local memory per thread", name, regs, *local)
+	}
+}
 
 // withMMA runs f with Tuning.GemvMMA = v on c's device (on the GPU worker;
 // restored after).
@@ -26,17 +47,22 @@ func withMMA(c *Ctx, v int, f func()) {
 // unrounded inputs, and within fp32-accumulation tolerance of one on the
 // inputs rounded to fp16 as the kernel stages them (f16(x * nw), norm scale
 // on the result), which a wrong fragment layout or K split would miss by
-// orders of magnitude, and (3) nothing is written past the M output rows.
+// orders of magnitude, (3) nothing is written past the M output rows, and
+// (4) above 16 tokens, blocks of 1 or 4 M-tiles give the same bits.
 func TestGemvMMA(t *testing.T) {
 	d := testDevice(t)
 	r := rand.New(rand.NewPCG(rand.Uint64(), 11))
 	const eps = 1e-5
+	if err := d.Do(func(c *Ctx) error { mmaKernelLog(fatalPanics{t}, c); return nil }); err != nil {
+		t.Fatal(err)
+	}
 	for _, kind := range []GemvKind{GemvNorm, GemvResid, GemvPlain, GemvSwiGLU} {
 		for _, shape := range [][2]int{{640, 384}, {2048, 384}, {384, 1024}, {136, 2048}, {4352, 384}, {64, 5632}} {
 			N, K := shape[0], shape[1]
+			start := time.Now()
 			for _, M := range []int{1, 2, 7, 16, 17, 33, 64} {
-				if N*K > 1<<21 && M != 17 && M != 64 {
-					continue // the large shapes only where they add M-tiles
+				if N*K > 1<<20 && M != 1 && M != 17 && M != 64 {
+					continue // the large shape only where it adds M-tiles
 				}
 				err := d.Do(func(c *Ctx) error {
 					t := fatalPanics{t}
@@ -91,6 +117,27 @@ func TestGemvMMA(t *testing.T) {
 							}
 						}
 						got = got[:M*outW]
+						// The launch shape of more than 16 tokens (4 M-tiles per
+						// block, the default, or 1) never changes a bit.
+						if M > 16 {
+							d1 := out((M+pad)*outW, Y0)
+							c.d.tune.GemvMMATiles = 1
+							err := c.Gemv(kind, dW, dX, dxr, dnw, eps, d1, M, N, K)
+							c.d.tune.GemvMMATiles = mmaTiles
+							if err != nil {
+								t.Fatal(err)
+							}
+							again := make([]float32, M*outW)
+							if err := Download(c, again, d1); err != nil {
+								t.Fatal(err)
+							}
+							c.Free(d1)
+							for i := range again {
+								if math.Float32bits(again[i]) != math.Float32bits(got[i]) {
+									t.Fatalf("kind %d N=%d K=%d M=%d: elem %d: %v with 4 M-tiles per block, %v with 1", kind, N, K, M, i, got[i], again[i])
+								}
+							}
+						}
 						// (1) each token alone == its batch row, bits.
 						one := make([]float32, outW)
 						for m := 0; m < M; m++ {
@@ -186,6 +233,7 @@ func TestGemvMMA(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			t.Logf("kind %d N=%d K=%d: ok (%v)", kind, N, K, time.Since(start).Round(time.Millisecond))
 		}
 	}
 }

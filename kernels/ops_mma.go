@@ -24,8 +24,8 @@ const (
 // mmaMaxWarps the most warps per block.
 const (
 	mmaMaxSplit = 8
-	mmaMaxWarps = 16
-	mmaTiles    = 4 // M-tiles of 16 tokens one block takes at most (MMA_TILES)
+	mmaMaxWarps = 8 // __launch_bounds__(256): no register cap below 255 (16 warps capped them at 128 and spilled)
+	mmaTiles    = 4 // M-tiles of 16 tokens one block takes at most (the larger MMA_TILES instantiation)
 )
 
 // mmaSplit is the K split of an N x K matrix: ks contiguous parts of K (the
@@ -50,19 +50,19 @@ func mmaSplit(N, K int) (ks int, ok bool) {
 // per block (enough warps that each stages at most 4 of the block's tokens,
 // at most mmaMaxWarps), and the dynamic shared memory. ok is false when not
 // even 16 tokens fit.
-func (c *Ctx) mmaLaunch(M, K, ks int) (mpb, nt, smem int, ok bool) {
+func (c *Ctx) mmaLaunch(M, K, ks, tiles int) (mpb, nt, smem int, ok bool) {
 	lim := c.d.MaxSmemOptin
 	if lim <= 0 {
 		lim = 48 << 10
 	}
 	lim -= 1024 // static shared memory (scale)
-	for mpb = 16 * mmaTiles; mpb >= 16; mpb -= 16 {
+	for mpb = 16 * tiles; mpb >= 16; mpb -= 16 {
 		rows := min(M, mpb)
 		nt = 1
 		for nt*ks*4 < rows && 2*nt*ks <= mmaMaxWarps {
 			nt *= 2
 		}
-		smem = rows*(K+32)*2 + (ks-1)*nt*mmaTiles*512
+		smem = rows*(K+32)*2 + (ks-1)*nt*tiles*512
 		if smem <= lim {
 			return mpb, nt, smem, true
 		}
@@ -83,7 +83,7 @@ func (c *Ctx) useMMA(N, K int) bool {
 	if !ok {
 		return false
 	}
-	if _, _, _, ok := c.mmaLaunch(16, K, ks); !ok { // one M-tile must fit, whatever M
+	if _, _, _, ok := c.mmaLaunch(16, K, ks, 1); !ok { // one M-tile must fit, whatever M
 		return false
 	}
 	switch c.d.tune.GemvMMA {
@@ -96,20 +96,32 @@ func (c *Ctx) useMMA(N, K int) bool {
 }
 
 // UsesMMA reports whether a projection of an N x K fp16 matrix runs on the
-// tensor-core family here (for tests and the stage profile).
-func (c *Ctx) UsesMMA(N, K int) bool { return c.useMMA(N, K) }
+// tensor-core family on this device with its current tuning (tests use it
+// to pick the fp16-input error bound).
+func (d *Device) UsesMMA(N, K int) bool { return (&Ctx{d: d}).useMMA(N, K) }
 
 var mmaNames = [...]string{GemvNorm: "gemv_mma_norm", GemvResid: "gemv_mma_resid", GemvPlain: "gemv_mma_plain",
 	GemvSwiGLU: "gemv_mma_swiglu"}
+
+// mmaTilesFor is the M-tiles per block of a launch of M tokens: 1 up to 16
+// tokens (the small kernels), else Tuning.GemvMMATiles (4 by default).
+func (c *Ctx) mmaTilesFor(M int) int {
+	if M <= 16 || c.d.tune.GemvMMATiles == 1 {
+		return 1
+	}
+	return mmaTiles
+}
 
 // gemvMMA launches gemv_mma (name) over M tokens; extra are the RoPE
 // arguments of gemv_mma_qkv_rope.
 func (c *Ctx) gemvMMA(name string, W, X, xrow, nw DevicePtr, eps float32, Y DevicePtr, M, N, K int, extra ...uint64) error {
 	ks, ok := mmaSplit(N, K)
-	mpb, nt, smem, ok2 := c.mmaLaunch(M, K, ks)
+	tiles := c.mmaTilesFor(M)
+	mpb, nt, smem, ok2 := c.mmaLaunch(M, K, ks, tiles)
 	if !ok || !ok2 || M < 1 || M > GemvWideMaxM {
 		return fmt.Errorf("%s M=%d N=%d K=%d: %w", name, M, N, K, ErrBadArg)
 	}
+	name = fmt.Sprintf("%s_t%d", name, tiles)
 	f, err := c.Func(name)
 	if err != nil {
 		return err
@@ -117,8 +129,8 @@ func (c *Ctx) gemvMMA(name string, W, X, xrow, nw DevicePtr, eps float32, Y Devi
 	if err := c.smemAttr(name, f, smem); err != nil {
 		return err
 	}
-	tiles := N / 8
-	grid := Dim3{uint32((tiles + nt - 1) / nt), uint32((M + mpb - 1) / mpb), 1}
+	ntiles := N / 8
+	grid := Dim3{uint32((ntiles + nt - 1) / nt), uint32((M + mpb - 1) / mpb), 1}
 	args := append([]uint64{P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), I(ks), I(M), I(mpb)}, extra...)
 	return c.launchPDL(f, grid, Dim3{uint32(32 * nt * ks), 1, 1}, smem, args...)
 }

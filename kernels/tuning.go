@@ -44,6 +44,11 @@ type Tuning struct {
 	// tensor cores), but never between batch sizes: plain and tree steps of
 	// one model always run each matrix on the same family.
 	GemvMMA int
+	// GemvMMATiles: M-tiles of 16 tokens one tensor-core block takes for
+	// launches of more than 16 tokens: 4 (the default, 0: each weight chunk
+	// loaded once for up to 64 tokens) or 1 (one block row per 16 tokens).
+	// Same bits either way.
+	GemvMMATiles int
 	// GemvPrefetch makes each GEMV block prefetch its weight rows to L2
 	// before loading its inputs: cost 9% of decode speed on an H100.
 	GemvPrefetch bool
@@ -118,6 +123,13 @@ func (t Tuning) withDefaults() (Tuning, error) {
 	if t.GemvMMA < GemvMMAOff || t.GemvMMA > GemvMMAOn {
 		return bad("GemvMMA", t.GemvMMA)
 	}
+	switch t.GemvMMATiles {
+	case 0:
+		t.GemvMMATiles = mmaTiles
+	case 1, mmaTiles:
+	default:
+		return bad("GemvMMATiles", t.GemvMMATiles)
+	}
 	if t.AttnGroupMin < -1 {
 		return bad("AttnGroupMin", t.AttnGroupMin)
 	}
@@ -153,6 +165,7 @@ const (
 	EnvGemvPrefetch  = "SPECGATE_GEMV_PREFETCH"   // "1": GemvPrefetch
 	EnvGemvSpread    = "SPECGATE_GEMV_SPREAD"     // "0": NoGemvSpread
 	EnvGemvMMA       = "SPECGATE_GEMV_MMA"        // on | off | auto: GemvMMA
+	EnvGemvMMATiles  = "SPECGATE_GEMV_MMA_TILES"  // 1 | 4: GemvMMATiles
 	EnvGemvRingBPS   = "SPECGATE_GEMV_RING_BPS"   // 0..8: GemvRingBlocksPerSM
 	EnvGemvRingWarps = "SPECGATE_GEMV_RING_WARPS" // 2..8: GemvRingWarps
 	EnvGemvRingMinK  = "SPECGATE_GEMV_RING_MINK"  // GemvRingMinK
@@ -213,6 +226,10 @@ func (t Tuning) WithEnv(getenv func(string) string) Tuning {
 		t.GemvMMA = GemvMMAOff
 	case "auto":
 		t.GemvMMA = GemvMMAAuto
+	}
+	switch v := getenv(EnvGemvMMATiles); v {
+	case "1", "4":
+		t.GemvMMATiles, _ = strconv.Atoi(v)
 	}
 	intIn(EnvGemvRingBPS, 0, 8, &t.GemvRingBlocksPerSM)
 	intIn(EnvGemvRingWarps, 2, 8, &t.GemvRingWarps)

@@ -107,10 +107,11 @@ func testExactTreeMatchesPlain(t *testing.T, tu kernels.Tuning, ctx int) {
 // TestVerifyCostStagesOnGPU (SPECGATE_PROFILE set; skipped otherwise): the
 // cost of one target forward of a T-token tree at context 100 on the
 // shipped target, T = 1..64: device µs of the graph-replayed step (median
-// of 30, argmax rows only and logits back), exact (default) and
-// FastVerify (cuBLAS) and the CUDA-core GEMV family (GemvMMA off: the projections
-// before round 8) side by side, and the device time per stage of the
-// eager step without PDL (stage profile, prof.go).
+// of 30, argmax rows only and logits back), exact steps with the default
+// projection family, the CUDA-core GEMVs (GemvMMA off: the projections
+// before round 8), the tensor-core kernels (GemvMMA on; 4 or 1 M-tiles per
+// block) and FastVerify (cuBLAS) side by side, and the device time per stage
+// of the eager step without PDL (stage profile, prof.go).
 func TestVerifyCostStagesOnGPU(t *testing.T) {
 	if os.Getenv("SPECGATE_PROFILE") == "" {
 		t.Skip("SPECGATE_PROFILE not set")
@@ -147,8 +148,10 @@ func TestVerifyCostStagesOnGPU(t *testing.T) {
 		opt  cuda.Options
 	}
 	var base float64
-	for _, c := range []cfg{{"exact", cuda.Options{TimeSteps: true}},
+	for _, c := range []cfg{{"default", cuda.Options{TimeSteps: true}},
 		{"cudacore", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvMMA: kernels.GemvMMAOff}}},
+		{"mma", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvMMA: kernels.GemvMMAOn}}},
+		{"mma-t1", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvMMA: kernels.GemvMMAOn, GemvMMATiles: 1}}},
 		{"fastverify", cuda.Options{TimeSteps: true, FastVerify: true}}} {
 		m, be := load(c.opt)
 		s := m.NewSequence()
@@ -182,14 +185,14 @@ func TestVerifyCostStagesOnGPU(t *testing.T) {
 					}
 				}
 				md := med(dev)
-				if T == 1 && arg && c.name == "exact" {
+				if T == 1 && arg && c.name == "default" {
 					base = md
 				}
 				line += fmt.Sprintf("  %s: device %6.1f us (%.2fx T=1) wall %6.1f us", map[bool]string{true: "argmax", false: "logits"}[arg], md, md/base, med(wall))
 			}
 			t.Logf("%-10s T=%2d%s", c.name, T, line)
 		}
-		if c.name == "fastverify" {
+		if c.name == "fastverify" || c.name == "mma-t1" {
 			s.Free()
 			continue
 		}
