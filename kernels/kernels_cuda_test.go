@@ -26,8 +26,8 @@ var (
 func testDevice(t *testing.T) *Device {
 	t.Helper()
 	// The CUDA-core GEMV family's tests (TestGemv, TestGemvWide, ...) check
-	// that family: the tensor-core one (GemvMMA, on by default for small
-	// matrices) is turned on explicitly by TestGemvMMA.
+	// that family (pinned here, whatever the default): the tensor-core one
+	// (GemvMMA) is turned on explicitly by TestGemvMMA.
 	devOnce.Do(func() { dev, devErr = OpenTuned(0, Tuning{GemvMMA: GemvMMAOff}) })
 	if devErr != nil {
 		if os.Getenv("SPECGATE_EXPECT_GPU") != "" {

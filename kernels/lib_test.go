@@ -118,7 +118,7 @@ func TestTuningDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Tuning{Gemv: GemvShallow, GemvI8: GemvI8Hybrid8, GemvWarps: 8, GemvMMATiles: 4, GemvRingWarps: 8, AttnSplits: 8,
+	want := Tuning{Gemv: GemvShallow, GemvI8: GemvI8Hybrid8, GemvWarps: 8, GemvMMATiles: 1, GemvRingWarps: 8, AttnSplits: 8,
 		AttnSplitMinKeys: 256, HandoffSpin: DefaultHandoffSpin}
 	if !reflect.DeepEqual(d, want) {
 		t.Fatalf("defaults %+v, want %+v", d, want)

@@ -117,13 +117,14 @@ func TestGemvMMA(t *testing.T) {
 							}
 						}
 						got = got[:M*outW]
-						// The launch shape of more than 16 tokens (4 M-tiles per
-						// block, the default, or 1) never changes a bit.
+						// The launch shape of more than 16 tokens (1 M-tile per
+						// block, the default, or 4) never changes a bit.
 						if M > 16 {
 							d1 := out((M+pad)*outW, Y0)
-							c.d.tune.GemvMMATiles = 1
+							prevTiles := c.d.tune.GemvMMATiles
+							c.d.tune.GemvMMATiles = 1 + mmaTiles - prevTiles // the other launch shape
 							err := c.Gemv(kind, dW, dX, dxr, dnw, eps, d1, M, N, K)
-							c.d.tune.GemvMMATiles = mmaTiles
+							c.d.tune.GemvMMATiles = prevTiles
 							if err != nil {
 								t.Fatal(err)
 							}
@@ -134,7 +135,7 @@ func TestGemvMMA(t *testing.T) {
 							c.Free(d1)
 							for i := range again {
 								if math.Float32bits(again[i]) != math.Float32bits(got[i]) {
-									t.Fatalf("kind %d N=%d K=%d M=%d: elem %d: %v with 4 M-tiles per block, %v with 1", kind, N, K, M, i, got[i], again[i])
+									t.Fatalf("kind %d N=%d K=%d M=%d: elem %d: %v with %d M-tiles per block, %v with the other", kind, N, K, M, i, got[i], prevTiles, again[i])
 								}
 							}
 						}

@@ -2,22 +2,27 @@ package kernels
 
 import "fmt"
 
-// Tensor-core projections (gemv_mma in llama_mma.cu, round 8): the GEMV
-// kinds and the fused QKV+RoPE step computed with mma.sync m16n8k16 (fp16
-// inputs staged from the fp32 activations, fp32 accumulation), tokens
+// Tensor-core projections (gemv_mma in llama_mma.cu, round 8, docs/cuda.md):
+// the GEMV kinds and the fused QKV+RoPE step computed with mma.sync m16n8k16
+// (fp16 inputs staged from the fp32 activations, fp32 accumulation), tokens
 // padded to 16 per M-tile. A token's outputs depend only on its own inputs,
 // the weights and the K split, which is fixed per (N, K): the same bits
 // alone and in any batch of up to GemvWideMaxM tokens (TestGemvMMA), so
 // plain decoding and exact tree steps agree as long as one matrix always
 // runs on one family, which the choice below guarantees (it depends on the
-// matrix shape and the tuning, never on the token count). The bits differ
+// tuning and the matrix shape, never on the token count). The bits differ
 // from the CUDA-core GEMV family's (fp16 inputs instead of fp32).
+//
+// Off by default (Tuning.GemvMMA): measured on an H100 (round 8), an exact
+// tree step of the shipped target costs 22-48 % less from 16 to 64 tokens
+// (T = 16 138 vs 176 µs, 64 234 vs 451), but a one-token step 106 vs 87 µs
+// (plain decoding 13-23 % slower), and the 1.1B shape decodes 2.8x slower
+// (bandwidth bound: too few bytes in flight per warp at 124-164 registers).
 
-// GemvMMA values (Tuning.GemvMMA).
+// GemvMMA values (Tuning.GemvMMA; 0 is the default: off).
 const (
-	GemvMMAAuto = 0  // the measured rule (mmaAuto)
-	GemvMMAOn   = 1  // every fp16 projection whose shape the kernel takes
-	GemvMMAOff  = -1 // never: the CUDA-core GEMV family
+	GemvMMAOn  = 1  // every fp16 projection whose shape the kernel takes
+	GemvMMAOff = -1 // never (as the default): the CUDA-core GEMV family
 )
 
 // mmaMaxSplit is the most K parts (warps per n-tile) a launch uses, and
@@ -70,9 +75,6 @@ func (c *Ctx) mmaLaunch(M, K, ks, tiles int) (mpb, nt, smem int, ok bool) {
 	return 0, 0, 0, false
 }
 
-// mmaAuto is GemvMMAAuto's rule: see docs/cuda.md round 8.
-func mmaAuto(N, K int) bool { return K <= 1024 }
-
 // useMMA reports whether the fp16 projection of an N x K matrix runs on
 // the tensor-core kernels on this device (sm_80 or newer).
 func (c *Ctx) useMMA(N, K int) bool {
@@ -86,13 +88,7 @@ func (c *Ctx) useMMA(N, K int) bool {
 	if _, _, _, ok := c.mmaLaunch(16, K, ks, 1); !ok { // one M-tile must fit, whatever M
 		return false
 	}
-	switch c.d.tune.GemvMMA {
-	case GemvMMAOn:
-		return true
-	case GemvMMAOff:
-		return false
-	}
-	return mmaAuto(N, K)
+	return c.d.tune.GemvMMA == GemvMMAOn
 }
 
 // UsesMMA reports whether a projection of an N x K fp16 matrix runs on the
@@ -104,9 +100,11 @@ var mmaNames = [...]string{GemvNorm: "gemv_mma_norm", GemvResid: "gemv_mma_resid
 	GemvSwiGLU: "gemv_mma_swiglu"}
 
 // mmaTilesFor is the M-tiles per block of a launch of M tokens: 1 up to 16
-// tokens (the small kernels), else Tuning.GemvMMATiles (4 by default).
+// tokens, else Tuning.GemvMMATiles (1 by default: one block row per 16
+// tokens measured faster than 4 M-tiles per block, 234 vs 285 µs for a
+// 64-token step of the shipped target).
 func (c *Ctx) mmaTilesFor(M int) int {
-	if M <= 16 || c.d.tune.GemvMMATiles == 1 {
+	if M <= 16 || c.d.tune.GemvMMATiles != mmaTiles {
 		return 1
 	}
 	return mmaTiles

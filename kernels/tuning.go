@@ -14,8 +14,9 @@ import (
 // nothing in this package reads a tuning knob from the environment
 // (WithEnv is the explicit mapping a command may apply). Zero values pick
 // the defaults, which are the fastest configuration measured on an H100
-// (docs/cuda.md, docs/device-notes.md). Every choice gives the same bits:
-// the knobs change speed, never results.
+// (docs/cuda.md, docs/device-notes.md). Every choice gives the same bits
+// (the knobs change speed, never results), except GemvMMA, which picks the
+// arithmetic of the projections (the same for every batch size).
 type Tuning struct {
 	// Gemv is the fp16 GEMV family at batch 1: GemvShallow (the default,
 	// ""), GemvDeep or GemvRing (see the constants).
@@ -37,17 +38,17 @@ type Tuning struct {
 	// blocks than the device has SMs keep chunks of up to GemvMaxM tokens
 	// instead of spreading over more, smaller chunks (ops_wide.go).
 	NoGemvSpread bool
-	// GemvMMA picks the fp16 projection family per matrix shape:
-	// GemvMMAAuto (0: the measured rule, ops_mma.go), GemvMMAOn (the
-	// tensor-core kernels wherever they apply) or GemvMMAOff (the CUDA-core
-	// GEMVs). Unlike the other knobs it changes results (fp16 inputs to the
-	// tensor cores), but never between batch sizes: plain and tree steps of
-	// one model always run each matrix on the same family.
+	// GemvMMA picks the fp16 projection family: 0 (the default) or
+	// GemvMMAOff the CUDA-core GEMVs, GemvMMAOn the tensor-core kernels
+	// (ops_mma.go) for every matrix whose shape they take. Unlike the other
+	// knobs it changes results (fp16 inputs to the tensor cores), never
+	// between batch sizes: plain and tree steps of one model always run
+	// each matrix on the same family, so exact verification holds either
+	// way. Off by default: plain decoding measured slower with it (round 8).
 	GemvMMA int
-	// GemvMMATiles: M-tiles of 16 tokens one tensor-core block takes for
-	// launches of more than 16 tokens: 4 (the default, 0: each weight chunk
-	// loaded once for up to 64 tokens) or 1 (one block row per 16 tokens).
-	// Same bits either way.
+	// GemvMMATiles: M-tiles of 16 tokens one tensor-core block takes in
+	// launches of more than 16 tokens: 1 (the default, 0) or 4 (each weight
+	// chunk loaded once for up to 64 tokens: measured slower). Same bits.
 	GemvMMATiles int
 	// GemvPrefetch makes each GEMV block prefetch its weight rows to L2
 	// before loading its inputs: cost 9% of decode speed on an H100.
@@ -125,7 +126,7 @@ func (t Tuning) withDefaults() (Tuning, error) {
 	}
 	switch t.GemvMMATiles {
 	case 0:
-		t.GemvMMATiles = mmaTiles
+		t.GemvMMATiles = 1
 	case 1, mmaTiles:
 	default:
 		return bad("GemvMMATiles", t.GemvMMATiles)
@@ -164,7 +165,7 @@ const (
 	EnvGemvWarps     = "SPECGATE_GEMV_WARPS"      // 8 | 4 | 2 | auto: GemvWarps
 	EnvGemvPrefetch  = "SPECGATE_GEMV_PREFETCH"   // "1": GemvPrefetch
 	EnvGemvSpread    = "SPECGATE_GEMV_SPREAD"     // "0": NoGemvSpread
-	EnvGemvMMA       = "SPECGATE_GEMV_MMA"        // on | off | auto: GemvMMA
+	EnvGemvMMA       = "SPECGATE_GEMV_MMA"        // on | off: GemvMMA
 	EnvGemvMMATiles  = "SPECGATE_GEMV_MMA_TILES"  // 1 | 4: GemvMMATiles
 	EnvGemvRingBPS   = "SPECGATE_GEMV_RING_BPS"   // 0..8: GemvRingBlocksPerSM
 	EnvGemvRingWarps = "SPECGATE_GEMV_RING_WARPS" // 2..8: GemvRingWarps
@@ -224,8 +225,6 @@ func (t Tuning) WithEnv(getenv func(string) string) Tuning {
 		t.GemvMMA = GemvMMAOn
 	case "off":
 		t.GemvMMA = GemvMMAOff
-	case "auto":
-		t.GemvMMA = GemvMMAAuto
 	}
 	switch v := getenv(EnvGemvMMATiles); v {
 	case "1", "4":

@@ -14,6 +14,7 @@ import (
 
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/engine/model"
+	"github.com/specgate/specgate/kernels"
 	"github.com/specgate/specgate/safetensors"
 )
 
@@ -171,7 +172,8 @@ func clone(r *engine.ForwardRequest) *engine.ForwardRequest {
 // wherever the CPU's choice is not a near-tie.
 func TestForwardMatchesCPU(t *testing.T) {
 	for name, cfg := range configs() {
-		for _, opt := range []Options{{}, {NoCUBLAS: true}, {NoGraphs: true}} {
+		for _, opt := range []Options{{}, {NoCUBLAS: true}, {NoGraphs: true},
+			{NoCUBLAS: true, Tuning: kernels.Tuning{GemvMMA: kernels.GemvMMAOn}}} {
 			t.Run(name, func(t *testing.T) {
 				r := rand.New(rand.NewPCG(rand.Uint64(), 7))
 				cpu, gpu := newPair(t, cfg, r.Uint64(), opt)
@@ -554,4 +556,19 @@ func loadModelDir(t *testing.T, dir string) (engine.Config, *engine.Weights) {
 		t.Fatal(err)
 	}
 	return cfg, w
+}
+
+// mmaProjections reports whether any fp16 projection of the model (QKV,
+// o_proj, gate/up, down, LM head) runs on the tensor-core kernels
+// (kernels.Tuning.GemvMMA): their inputs are rounded to fp16, as cuBLAS
+// prefill's are, so tests hold such a backend to the fp16 error bound.
+func (b *Backend) mmaProjections() bool {
+	cfg := b.cfg
+	H, I := cfg.HiddenSize, cfg.IntermediateSize
+	for _, s := range [][2]int{{b.qkvDim, H}, {H, cfg.QDim()}, {2 * I, H}, {H, I}, {cfg.VocabSize, H}} {
+		if b.dev.UsesMMA(s[0], s[1]) {
+			return true
+		}
+	}
+	return false
 }

@@ -35,6 +35,11 @@ import (
 // GEMV of that chunk alone), not one launch per chunk of 8 tokens: same
 // bits, 5 launches per layer instead of 5 per chunk.
 
+// Both fp16 projection families keep the contract (kernels.Tuning.GemvMMA,
+// round 8): the CUDA-core GEMVs (the default) and the tensor-core kernels,
+// whose per-token arithmetic does not depend on the other tokens of the
+// M-tile either; a backend runs every step of a model on one of them.
+
 // MaxExactTokens is the largest step exact batches cover.
 const MaxExactTokens = kernels.GemvWideMaxM
 
@@ -46,19 +51,4 @@ func (b *Backend) exactStep(c *kernels.Ctx, T int) bool {
 	tree := len(b.hostFlat.mask) > 0
 	return !b.opt.FastVerify && !cfg.QKVBias && len(b.layers) > 0 && b.layers[0].wqkv.s == 0 && T > kernels.GemvMaxM && T <= MaxExactTokens && b.nTiles == 0 && tree &&
 		c.GemvWideFits(T, cfg.HiddenSize) && c.GemvWideFits(T, cfg.QDim()) && c.GemvWideFits(T, cfg.IntermediateSize)
-}
-
-// mmaProjections reports whether any fp16 projection of the model (QKV,
-// o_proj, gate/up, down, LM head) runs on the tensor-core kernels
-// (kernels.Tuning.GemvMMA): their inputs are rounded to fp16, as cuBLAS
-// prefill's are, so tests hold such a backend to the fp16 error bound.
-func (b *Backend) mmaProjections() bool {
-	cfg := b.cfg
-	H, I := cfg.HiddenSize, cfg.IntermediateSize
-	for _, s := range [][2]int{{b.qkvDim, H}, {H, cfg.QDim()}, {2 * I, H}, {H, I}, {cfg.VocabSize, H}} {
-		if b.dev.UsesMMA(s[0], s[1]) {
-			return true
-		}
-	}
-	return false
 }

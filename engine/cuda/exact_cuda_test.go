@@ -43,8 +43,8 @@ func TestExactTreeMatchesPlainOnGPU(t *testing.T) {
 	}{{"default", kernels.Tuning{}, 100}, {"per-head", kernels.Tuning{AttnGroupMin: -1}, 100},
 		{"grouped", kernels.Tuning{AttnGroupMin: 2}, 100}, {"grouped-ctx600", kernels.Tuning{AttnGroupMin: 2}, 600},
 		{"default-ctx600", kernels.Tuning{}, 600},
-		// the projection families (round 8): tensor cores everywhere, and
-		// the CUDA-core GEMVs everywhere (the default picks per matrix)
+		// the projection families (round 8): the tensor-core kernels, and the
+		// CUDA-core GEMVs pinned (the default today)
 		{"mma", kernels.Tuning{GemvMMA: kernels.GemvMMAOn}, 100},
 		{"cudacore", kernels.Tuning{GemvMMA: kernels.GemvMMAOff}, 100}} {
 		t.Run(c.name, func(t *testing.T) { testExactTreeMatchesPlain(t, c.t, c.ctx) })
@@ -151,7 +151,7 @@ func TestVerifyCostStagesOnGPU(t *testing.T) {
 	for _, c := range []cfg{{"default", cuda.Options{TimeSteps: true}},
 		{"cudacore", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvMMA: kernels.GemvMMAOff}}},
 		{"mma", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvMMA: kernels.GemvMMAOn}}},
-		{"mma-t1", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvMMA: kernels.GemvMMAOn, GemvMMATiles: 1}}},
+		{"mma-t4", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvMMA: kernels.GemvMMAOn, GemvMMATiles: 4}}},
 		{"fastverify", cuda.Options{TimeSteps: true, FastVerify: true}}} {
 		m, be := load(c.opt)
 		s := m.NewSequence()
@@ -192,7 +192,7 @@ func TestVerifyCostStagesOnGPU(t *testing.T) {
 			}
 			t.Logf("%-10s T=%2d%s", c.name, T, line)
 		}
-		if c.name == "fastverify" || c.name == "mma-t1" {
+		if c.name == "fastverify" || c.name == "mma-t4" {
 			s.Free()
 			continue
 		}

@@ -12,13 +12,15 @@ import (
 	"testing"
 
 	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/kernels"
 )
 
 // TestHFGoldensGPU runs every HF transformers golden of the engine
 // (engine/testdata/hf: Llama cases and Qwen2 cases, references computed in
 // float32 by tools/) on the GPU backend, on both prefill paths (cuBLAS,
 // which rounds activations to fp16, and the GEMV kernels), and holds the
-// logits to the fp16 bound: relative L2 error <= 5e-3 per sequence, about
+// logits to the fp16 bound (also with the tensor-core projections of
+// kernels.Tuning.GemvMMA, whose inputs are fp16): relative L2 error <= 5e-3 per sequence, about
 // ten fp16 unit roundoffs (2^-11), the bound the GPU-vs-CPU tests use for
 // cuBLAS prefill. Weights stored as F32 or BF16 are rounded to fp16 on
 // upload, so those cases carry the weight rounding too.
@@ -29,10 +31,13 @@ func TestHFGoldensGPU(t *testing.T) {
 	}
 	for _, gpath := range cases {
 		dir := filepath.Dir(gpath)
-		for _, opt := range []Options{{}, {NoCUBLAS: true}} {
+		for _, opt := range []Options{{}, {NoCUBLAS: true}, {NoCUBLAS: true, Tuning: kernels.Tuning{GemvMMA: kernels.GemvMMAOn}}} {
 			name := filepath.Base(dir)
 			if opt.NoCUBLAS {
 				name += "/gemv"
+			}
+			if opt.Tuning.GemvMMA == kernels.GemvMMAOn {
+				name += "-mma" // the tensor-core projections (fp16 inputs)
 			}
 			t.Run(name, func(t *testing.T) {
 				var g struct {
