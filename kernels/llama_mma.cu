@@ -2,12 +2,12 @@
 // ldg_stream, warp_sum, rope_rot, pdl_*, RopeArgs) come from llama.cu, which
 // precedes this file in the compiled source.
 //
-// gemv_mma<NORM, MODE>: the projections of llama.cu's gemv (same kinds, same
-// fusions: RMSNorm as a scale on the dot products, residual add, SwiGLU on
-// interleaved gate/up rows, QKV + RoPE + KV append on RopeRows-ordered rows)
-// computed with mma.sync.m16n8k16 (fp16 x fp16 -> fp32). Tokens are the
-// M dimension, padded to 16 per M-tile (block row blockIdx.y takes tokens
-// [16y, 16y + mc)); weight rows are the N dimension, 8 per n-tile; K is cut
+// gemv_mma<NORM, MODE, MMA_TILES>: the projections of llama.cu's gemv (same
+// kinds, same fusions: RMSNorm as a scale on the dot products, residual add,
+// SwiGLU on interleaved gate/up rows, QKV + RoPE + KV append on
+// RopeRows-ordered rows) computed with mma.sync.m16n8k16 (fp16 x fp16 ->
+// fp32). Tokens are the M dimension, padded to 16 per M-tile (a block takes
+// up to MMA_TILES of them); weight rows are the N dimension, 8 per n-tile; K is cut
 // into ks contiguous parts (one warp each) and each part is walked in
 // chunks of 32 columns in increasing order, the partials of the ks parts
 // added in part order. Each element of an mma's result is the dot product
@@ -17,7 +17,8 @@
 // token gets the same bits alone (plain decoding) as in a tree step of up
 // to 64 tokens (TestGemvMMA). The inputs are staged in shared memory as
 // fp16 (x * nw for the norm kinds; the norm's rsqrt scale is applied to
-// the fp32 result, as in gemv), rows >= mc are zeros in registers.
+// the fp32 result, as in gemv), rows past the block's tokens are zeros in
+// registers.
 //
 // Fragment layout (PTX ISA, m16n8k16 .row.col f16): lane = 4g + t holds
 // A (g, 2t..2t+1), (g+8, 2t..2t+1), (g, 2t+8..), (g+8, 2t+8..); B (k

@@ -16,7 +16,7 @@ import "fmt"
 // Off by default (Tuning.GemvMMA): measured on an H100 (round 8), an exact
 // tree step of the shipped target costs 22-48 % less from 16 to 64 tokens
 // (T = 16 138 vs 176 µs, 64 234 vs 451), but a one-token step 106 vs 87 µs
-// (plain decoding 13-23 % slower), and the 1.1B shape decodes 2.8x slower
+// (plain decoding 10-22 % slower, median 13 %), and the 1.1B shape decodes 2.8x slower
 // (bandwidth bound: too few bytes in flight per warp at 124-164 registers).
 
 // GemvMMA values (Tuning.GemvMMA; 0 is the default: off).
