@@ -41,8 +41,10 @@ type HiddenNeeder interface {
 // FinishObserver is implemented by proposers that learn from finished
 // requests (suffix trees over a tenant's earlier answers). Finished is
 // called once per request that used the proposer, before Release, with the
-// request's prompt and its generated tokens (read-only; valid only during
-// the call).
+// request's prompt and the generated tokens its caller took (read-only;
+// valid only during the call). It runs on the scheduler once the request's
+// KV is freed, after its Generate may have returned, and before the
+// scheduler handles any later request.
 type FinishObserver interface {
 	Finished(id RequestID, tenant string, prompt, output []int32)
 }
