@@ -137,12 +137,14 @@ func (h *HNSW) Load(r io.Reader) error {
 		if rerr != nil {
 			break
 		}
-		if count > 1<<28 || top > 64 || entry < -1 || (count > 0 && (entry < 0 || uint32(entry) >= count)) {
+		if count > 1<<28 || top > 64 || entry < -1 || (count > 0 && (entry < 0 || uint32(entry) >= count)) || (count == 0 && entry != -1) {
 			return bad("namespace %q: entry %d, top %d, %d nodes", ns, entry, top, count)
 		}
 		g := newGraph(h.cfg, seed)
-		g.nodes = make([]*node, 0, count)
-		dead := make([]bool, 0, count)
+		// Capacity from the header only up to a bound: a corrupt count
+		// must not allocate gigabytes before the data runs out.
+		g.nodes = make([]*node, 0, min(count, 1<<16))
+		dead := make([]bool, 0, min(count, 1<<16))
 		for i := range count {
 			id := str()
 			del, err := br.ReadByte()
