@@ -569,6 +569,7 @@ func (e *Engine) loop() {
 		case evStop:
 			running = remove(running, r)
 			waiting = remove(waiting, r)
+			count() // before release: Generate returns once it is released
 			e.release(r)
 		}
 		count()
