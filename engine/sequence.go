@@ -279,19 +279,23 @@ func (m *Model) ForwardBatch(items []BatchItem) error {
 		// buffer per decode row per step was allocated and zeroed for
 		// nothing: 1 MB a step at 32 concurrent requests)
 		noLogits := it.HiddenOnly || it.ArgmaxOnly || (it.Sample != nil && prior == 0)
+		// exactly rows: a caller's larger buffer (the engine's retry of a
+		// step without its trees keeps the tree forward's) is cut to them
 		if len(it.Logits) < rows*V && !noLogits {
 			it.Logits = make([]float32, rows*V)
 		}
 		var logits []float32
 		if !noLogits {
-			logits = it.Logits[:rows*V]
+			it.Logits = it.Logits[:rows*V]
+			logits = it.Logits
 		}
 		var hidden []float32
 		if it.WantHidden {
 			if len(it.Hidden) < rows*H {
 				it.Hidden = make([]float32, rows*H)
 			}
-			hidden = it.Hidden[:rows*H]
+			it.Hidden = it.Hidden[:rows*H]
+			hidden = it.Hidden
 		}
 		slots := m.kv.Slots(make([]int32, 0, n), &s.t, base, base+n)
 		plans[i].pos = pos
