@@ -110,13 +110,30 @@ func (c *Ctx) mmaTilesFor(M int) int {
 	return mmaTiles
 }
 
+// mmaPlan is the launch of M tokens of an N x K projection: its K split,
+// M-tiles per block and mmaLaunch's shape. Where Tuning.GemvMMATiles' four
+// M-tiles per block do not fit in shared memory (their partials take four
+// times the room; useMMA checks one), the launch takes one: the same bits
+// per M-tile, so the matrix stays on the tensor-core family.
+func (c *Ctx) mmaPlan(M, N, K int) (ks, tiles, mpb, nt, smem int, ok bool) {
+	ks, ok = mmaSplit(N, K)
+	if !ok || M < 1 || M > GemvWideMaxM {
+		return 0, 0, 0, 0, 0, false
+	}
+	tiles = c.mmaTilesFor(M)
+	mpb, nt, smem, ok = c.mmaLaunch(M, K, ks, tiles)
+	if !ok && tiles > 1 {
+		tiles = 1
+		mpb, nt, smem, ok = c.mmaLaunch(M, K, ks, tiles)
+	}
+	return ks, tiles, mpb, nt, smem, ok
+}
+
 // gemvMMA launches gemv_mma (name) over M tokens; extra are the RoPE
 // arguments of gemv_mma_qkv_rope.
 func (c *Ctx) gemvMMA(name string, W, X, xrow, nw DevicePtr, eps float32, Y DevicePtr, M, N, K int, extra ...uint64) error {
-	ks, ok := mmaSplit(N, K)
-	tiles := c.mmaTilesFor(M)
-	mpb, nt, smem, ok2 := c.mmaLaunch(M, K, ks, tiles)
-	if !ok || !ok2 || M < 1 || M > GemvWideMaxM {
+	ks, tiles, mpb, nt, smem, ok := c.mmaPlan(M, N, K)
+	if !ok {
 		return fmt.Errorf("%s M=%d N=%d K=%d: %w", name, M, N, K, ErrBadArg)
 	}
 	name = fmt.Sprintf("%s_t%d", name, tiles)
