@@ -175,20 +175,24 @@ func named(ts []token, i int) bool {
 
 // entityRuns groups consecutive named words ("United States", "Mount Everest").
 func entityRuns(ts []token) [][]token {
+	// Each run is a subslice of ts (capacity cut at its end: callers only
+	// read runs), not a copy.
 	var runs [][]token
-	var cur []token
+	start := -1
 	for i := range ts {
 		if named(ts, i) {
-			cur = append(cur, ts[i])
+			if start < 0 {
+				start = i
+			}
 			continue
 		}
-		if cur != nil {
-			runs = append(runs, cur)
-			cur = nil
+		if start >= 0 {
+			runs = append(runs, ts[start:i:i])
+			start = -1
 		}
 	}
-	if cur != nil {
-		runs = append(runs, cur)
+	if start >= 0 {
+		runs = append(runs, ts[start:len(ts):len(ts)])
 	}
 	return runs
 }
