@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/speculative"
 )
 
 // BenchmarkLogits: the shipped heads on one hidden row (what a batch-1
@@ -69,5 +70,82 @@ func BenchmarkLogitsInt8(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkDecodeBatch1: greedy batch-1 decoding of the shipped target,
+// plain against Medusa with the shipped heads' tree cut to n nodes (fixed
+// draft, as bench spec's "medusa n=N" rows), 4 bench prompts x 64 new
+// tokens per op. Reports µs per generated token and per target step (the
+// step-cost accounting of issue #17: a Medusa step's µs over plain's is
+// what τ must pay for) and τ. "n=N/host" runs the heads on the host after
+// the step (Propose, from the accepted row's hidden state); "n=N" as
+// medusa.New attaches them, inside the CPU forward beside the LM head when
+// the backend has two threads and the tree is shallow (attachCPU; name
+// suffix "/in-forward"). Interleave with -count, compare medians; profile
+// one mode at a time:
+//
+//	go test -run '^$' -bench 'DecodeBatch1/(plain|n=1)' -cpu 2 -count 5 ./medusa/
+//	go test -run '^$' -bench 'DecodeBatch1/n=1/host' -cpu 1 -count 5 -cpuprofile /tmp/n1.prof ./medusa/
+func BenchmarkDecodeBatch1(b *testing.B) {
+	target, _ := shipped(b)
+	prompts := speculative.BenchPrompts()[:4]
+	toks := make([][]int32, len(prompts))
+	for i, p := range prompts {
+		toks[i] = target.Tokenizer.Encode(p, true)
+	}
+	type mode struct {
+		name string
+		opts engine.Options
+	}
+	modes := []mode{{"plain", engine.Options{}}}
+	for _, n := range []int{1, 2, 4} {
+		p, err := New(target, Spec{Heads: shippedHeads, Tree: fmt.Sprint(n), VocabLimit: 2048})
+		if err != nil {
+			b.Fatal(err)
+		}
+		name := fmt.Sprintf("n=%d", n)
+		if p.DeviceHeads(target.Backend()) > 0 {
+			name += "/in-forward"
+		}
+		modes = append(modes, mode{name, engine.Options{Proposers: []engine.Proposer{p}, FixedDraft: true}})
+		hl, err := Load(shippedHeads, target, LoadOptions{VocabLimit: 2048})
+		if err != nil {
+			b.Fatal(err)
+		}
+		host, err := NewProposer(hl, p.Tree()) // not attached: heads on the host
+		if err != nil {
+			b.Fatal(err)
+		}
+		modes = append(modes, mode{fmt.Sprintf("n=%d/host", n), engine.Options{Proposers: []engine.Proposer{host}, FixedDraft: true}})
+	}
+	for _, m := range modes {
+		opts := m.opts
+		b.Run(m.name, func(b *testing.B) {
+			e := engine.New(target, opts)
+			defer e.Close()
+			// warm-up, untimed (the engine calibrates its step costs once)
+			if _, _, err := generate(e, engine.GenerateRequest{Prompt: toks[0], MaxTokens: 8, Sampling: engine.SamplingParams{SkipLogprobs: true}}); err != nil {
+				b.Fatal(err)
+			}
+			gen, steps := 0, 0
+			for b.Loop() {
+				for _, pt := range toks {
+					out, res, err := generate(e, engine.GenerateRequest{Prompt: pt, MaxTokens: 64, Sampling: engine.SamplingParams{SkipLogprobs: true}})
+					if err != nil {
+						b.Fatal(err)
+					}
+					gen += len(out)
+					steps += len(out) - 1 // the first token comes from prefill
+					if res.Spec != nil {
+						steps -= res.Spec.Accepted
+					}
+				}
+			}
+			el := float64(b.Elapsed().Microseconds())
+			b.ReportMetric(el/float64(gen), "µs/token")
+			b.ReportMetric(el/float64(steps), "µs/step")
+			b.ReportMetric(float64(gen-b.N*len(toks))/float64(steps), "τ")
+		})
 	}
 }

@@ -2,6 +2,7 @@ package medusa
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/specgate/specgate/engine"
 )
@@ -25,6 +26,10 @@ type deviceHeads struct {
 // (DeviceError says why), the heads keep running on the host from the
 // hidden rows. New calls it.
 func (p *Proposer) AttachDevice(target *engine.Model) {
+	if cb, ok := target.Backend().(*engine.CPUBackend); ok {
+		p.attachCPU(cb)
+		return
+	}
 	hb, ok := target.Backend().(engine.HeadsBackend)
 	if !ok {
 		return
@@ -46,6 +51,38 @@ func (p *Proposer) AttachDevice(target *engine.Model) {
 		return
 	}
 	p.dev = deviceHeads{backend: target.Backend(), id: id, k: k}
+}
+
+// CPU backends run the heads inside the target's forward (attachCPU) only
+// for trees of one level (depth 1) of at most maxCPUNodes nodes: the heads
+// then run on every row of the step (the accepted row is not known before
+// the LM head) on a second thread while the first runs the LM head, and
+// that hides them only while their work stays below the LM head's (head 0
+// is ~1M int8 multiply-adds a row, the LM head ~3.1M fp16). Measured on the
+// 2-core VM: a 2-node chain (two heads on three rows) took longer than the
+// LM head it ran beside, and its steps were slower than with the heads on
+// the host. Deeper or larger trees keep the heads on the host path: run
+// once, on the accepted row, after the step.
+const maxCPUNodes = 3
+
+// attachCPU registers the heads with a CPU backend that can run them
+// beside its LM head: more than one thread (Options.Threads) and a tree of
+// depth 1 with at most maxCPUNodes nodes, unless SPECGATE_DEVICE_HEADS=0
+// (as on CUDA: heads on the host, for comparison). Otherwise Propose runs
+// them from the hidden rows as before.
+func (p *Proposer) attachCPU(cb *engine.CPUBackend) {
+	if os.Getenv("SPECGATE_DEVICE_HEADS") == "0" || cb.Options().Threads < 2 || p.tree.Depth() != 1 || len(p.tree.Paths) > maxCPUNodes {
+		return
+	}
+	hc := *p.heads
+	hc.threads = 1 // it runs on a pool worker: no fan-out from there
+	c := &cpuRowHeads{h: &hc, depth: 1, topk: p.tree.TopK, k: p.tree.TopK[0]}
+	id, err := cb.AddRowHeads(c)
+	if err != nil {
+		p.dev = deviceHeads{err: err}
+		return
+	}
+	p.dev = deviceHeads{backend: cb, id: id, k: c.k}
 }
 
 // DeviceError reports why AttachDevice left the heads on the host (nil

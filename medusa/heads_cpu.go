@@ -1,7 +1,5 @@
 package medusa
 
-import "math"
-
 // Host head compute (the CPU side of Logits), kept apart from the format
 // and loading code in heads.go.
 
@@ -9,15 +7,7 @@ import "math"
 // SiLU(W x + b); t is [rows][Hidden] scratch.
 func (h *Heads) resBlock(i, j int, x, t []float32, rows int) {
 	H := h.Hidden
-	h.w[i][j].MulT(h.threads, t, x, rows)
-	b := h.b[i][j]
-	for r := range rows {
-		xr, tr := x[r*H:(r+1)*H], t[r*H:(r+1)*H]
-		for k := range xr {
-			v := tr[k] + b[k]
-			xr[k] += v / (1 + float32(math.Exp(float64(-v))))
-		}
-	}
+	h.w[i][j].ResBlock(h.threads, x[:rows*H], t[:rows*H], h.b[i][j], rows) // the backend's SiLU kernel (AVX-512: float32 exp)
 }
 
 // logitsShared is Logits for heads that share one projection (the
@@ -44,4 +34,40 @@ func (h *Heads) logitsShared(hidden []float32, rows, nHeads int, out []float32) 
 	}
 	h.proj[0].MulT(h.threads, out[:nHeads*rows*R], x, nHeads*rows)
 	return out[:nHeads*rows*R]
+}
+
+// cpuRowHeads are the heads as the CPU backend runs them inside the
+// target's forward (engine/cpu heads.go: on a worker, beside the LM head):
+// the same Logits and TopK as Propose's host path, on every logits row of
+// the step, for the heads the proposer's tree uses (depth); the other
+// heads' candidates are -1 (fromDevice never reads past the tree's depth).
+type cpuRowHeads struct {
+	h     *Heads // a copy with threads 1: it runs on a pool worker
+	depth int
+	topk  []int // candidates per head (the tree's TopK)
+	k     int   // row stride per head: max of topk
+	buf   []float32
+	top   []int32
+}
+
+func (c *cpuRowHeads) Width() int { return c.h.NumHeads * c.k }
+
+func (c *cpuRowHeads) Top(hidden []float32, rows int, top []int32) {
+	R, w := c.h.Rows(), c.Width()
+	c.buf = c.h.Logits(hidden, rows, c.depth, c.buf)
+	for r := range rows {
+		for h := range c.h.NumHeads {
+			dst := top[r*w+h*c.k : r*w+(h+1)*c.k]
+			for j := range dst {
+				dst[j] = -1
+			}
+			if h >= c.depth {
+				continue
+			}
+			c.top = TopK(c.buf[(h*rows+r)*R:(h*rows+r+1)*R], c.topk[h], c.top[:0])
+			for j, row := range c.top {
+				dst[j] = c.h.TokenOf(int(row))
+			}
+		}
+	}
 }

@@ -29,6 +29,7 @@ type CPUBackend struct {
 	layers   []cpuLayer
 	lmHead   wmat
 	scratch  cpuScratch
+	heads    headsReg // draft heads run inside Forward (heads.go)
 }
 
 // cpuLayer is one layer's matmul weights as the matmul kernels read them.
@@ -409,6 +410,10 @@ func (b *CPUBackend) Forward(reqs []*backend.ForwardRequest) error {
 	if T == 0 {
 		return nil
 	}
+	hj, err := b.headsOf(reqs) // draft heads (heads.go)
+	if err != nil {
+		return err
+	}
 	H, Q, KV, I, HD := cfg.HiddenSize, cfg.QDim(), cfg.KVDim(), cfg.IntermediateSize, cfg.HeadDim
 	half := HD / 2
 	s := &b.scratch
@@ -433,6 +438,9 @@ func (b *CPUBackend) Forward(reqs []*backend.ForwardRequest) error {
 	attn := b.buildAttention(reqs)
 
 	for l := range cfg.NumLayers {
+		if l == max(cfg.NumLayers-headsWakeLayers, 0) {
+			b.wakeHeads(hj)
+		}
 		cl := &b.layers[l]
 		rmsNormRows(s.h, s.x, cl.attnNorm, T, cfg.RMSNormEps)
 		matmulJobs(b.par, s.h, T, H, mmJob{s.q, &cl.q, Q}, mmJob{s.kk, &cl.k, KV}, mmJob{s.vv, &cl.v, KV})
@@ -501,9 +509,13 @@ func (b *CPUBackend) Forward(reqs []*backend.ForwardRequest) error {
 	if direct != nil {
 		logits = direct
 	}
+	// draft heads on the final hidden rows, on a worker while this
+	// goroutine runs the LM head (heads.go)
+	b.readyHeads(hj, hn)
 	if lmRows > 0 {
 		matmulJobs(b.par, lmIn, lmRows, H, mmJob{logits, &b.lmHead, V})
 	}
+	b.finishHeads(hj)
 	i, li := 0, 0
 	for _, r := range reqs {
 		n := len(r.Tokens)

@@ -82,6 +82,9 @@ func gemm512H_P8K1(w unsafe.Pointer, in int, x *float32, xs int, out *float32, o
 //go:noescape
 func gemm512H_P8K2(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
 
+//go:noescape
+func gemm512H_P8K3(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
 var gemmTable512H gemmTable
 
 func init() {
@@ -111,6 +114,7 @@ func init() {
 	gemmTable512H[4][6] = gemm512H_P4K6
 	gemmTable512H[8][1] = gemm512H_P8K1
 	gemmTable512H[8][2] = gemm512H_P8K2
+	gemmTable512H[8][3] = gemm512H_P8K3
 }
 
 //go:noescape
@@ -191,6 +195,9 @@ func gemm512S_P8K1(w unsafe.Pointer, in int, x *float32, xs int, out *float32, o
 //go:noescape
 func gemm512S_P8K2(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
 
+//go:noescape
+func gemm512S_P8K3(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
 var gemmTable512S gemmTable
 
 func init() {
@@ -220,6 +227,7 @@ func init() {
 	gemmTable512S[4][6] = gemm512S_P4K6
 	gemmTable512S[8][1] = gemm512S_P8K1
 	gemmTable512S[8][2] = gemm512S_P8K2
+	gemmTable512S[8][3] = gemm512S_P8K3
 }
 
 //go:noescape
@@ -300,6 +308,9 @@ func gemm512B_P8K1(w unsafe.Pointer, in int, x *float32, xs int, out *float32, o
 //go:noescape
 func gemm512B_P8K2(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
 
+//go:noescape
+func gemm512B_P8K3(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)
+
 var gemmTable512B gemmTable
 
 func init() {
@@ -329,6 +340,7 @@ func init() {
 	gemmTable512B[4][6] = gemm512B_P4K6
 	gemmTable512B[8][1] = gemm512B_P8K1
 	gemmTable512B[8][2] = gemm512B_P8K2
+	gemmTable512B[8][3] = gemm512B_P8K3
 }
 
 //go:noescape

@@ -36,7 +36,7 @@ type isa struct {
 
 var isas = []isa{
 	{name: "512", vec: "Z", nvec: 32, perPan: 1, variant: func(p, k int) bool {
-		return p*k <= 24 && p*k+p+1 <= 32 && (p != 3 || k >= 7)
+		return p*k <= 24 && (p*k+p+1 <= 32 || p*k+k+2 <= 32) && (p != 3 || k >= 7)
 	}},
 	{name: "256", vec: "Y", nvec: 16, perPan: 2, variant: func(p, k int) bool {
 		return p == 1 && k <= 6
@@ -124,8 +124,22 @@ func kernel(b *bytes.Buffer, is isa, wt wtype, name string, P, K int) {
 	acc := func(p, t, h int) string { return v((t*P+p)*is.perPan + h) }
 	wreg := func(p, h int) string { return v(nacc + p*is.perPan + h) }
 	bc := v(is.nvec - 1)
-	if nacc+P*is.perPan+1 > is.nvec {
-		panic(name + ": out of vector registers")
+	// Two register schedules. Weights first: per input column every
+	// panel's 16 weights are widened into a register of their own, then
+	// each token's broadcast multiplies all of them (P*K accumulators + P
+	// weights + 1 broadcast). Broadcasts first, when that does not fit (8
+	// panels x 3 tokens: 24 + 8 + 1 = 33 registers): the K tokens'
+	// broadcasts are loaded once per column, then each panel's weights are
+	// widened into one of two alternating registers and multiplied by every
+	// token (P*K + K + 2). Every accumulator gets the same FMAs in the same
+	// column order either way, so the bits do not depend on the schedule.
+	bcastFirst := nacc+P*is.perPan+1 > is.nvec
+	bcr := func(t int) string { return v(nacc + 2*is.perPan + t) }
+	if bcastFirst {
+		wreg = func(p, h int) string { return v(nacc + (p%2)*is.perPan + h) }
+		if nacc+2*is.perPan+K > is.nvec {
+			panic(name + ": out of vector registers")
+		}
 	}
 	w := func(f string, a ...any) { fmt.Fprintf(b, "\t"+f+"\n", a...) }
 	fmt.Fprintf(b, "\n// func %s(w unsafe.Pointer, in int, x *float32, xs int, out *float32, os int)\n", name)
@@ -173,33 +187,53 @@ func kernel(b *bytes.Buffer, is isa, wt wtype, name string, P, K int) {
 	}
 	w("TESTQ CX, CX")
 	w("JEQ store")
-	step := func(pf bool) {
-		for p := 0; p < P; p++ {
-			if pf {
-				w("PREFETCHT0 %d%s", prefetch, panAddr(p))
+	widen := func(p int) {
+		for h := 0; h < is.perPan; h++ {
+			off := h * 8 * wt.bytes
+			a := panAddr(p)
+			if off != 0 {
+				a = fmt.Sprintf("%d%s", off, a)
 			}
-			for h := 0; h < is.perPan; h++ {
-				off := h * 8 * wt.bytes
-				a := panAddr(p)
-				if off != 0 {
-					a = fmt.Sprintf("%d%s", off, a)
-				}
-				switch wt.name {
-				case "H":
-					w("VCVTPH2PS %s, %s", a, wreg(p, h))
-				case "B": // exact: int8 -> int32 -> float32
-					w("VPMOVSXBD %s, %s", a, wreg(p, h))
-					w("VCVTDQ2PS %s, %s", wreg(p, h), wreg(p, h))
-				default:
-					w("VMOVUPS %s, %s", a, wreg(p, h))
-				}
+			switch wt.name {
+			case "H":
+				w("VCVTPH2PS %s, %s", a, wreg(p, h))
+			case "B": // exact: int8 -> int32 -> float32
+				w("VPMOVSXBD %s, %s", a, wreg(p, h))
+				w("VCVTDQ2PS %s, %s", wreg(p, h), wreg(p, h))
+			default:
+				w("VMOVUPS %s, %s", a, wreg(p, h))
 			}
 		}
-		for t := 0; t < K; t++ {
-			w("VBROADCASTSS %s, %s", tokAddr(t), bc)
+	}
+	step := func(pf bool) {
+		if bcastFirst {
+			for t := 0; t < K; t++ {
+				w("VBROADCASTSS %s, %s", tokAddr(t), bcr(t))
+			}
 			for p := 0; p < P; p++ {
-				for h := 0; h < is.perPan; h++ {
-					w("VFMADD231PS %s, %s, %s", bc, wreg(p, h), acc(p, t, h))
+				if pf {
+					w("PREFETCHT0 %d%s", prefetch, panAddr(p))
+				}
+				widen(p)
+				for t := 0; t < K; t++ {
+					for h := 0; h < is.perPan; h++ {
+						w("VFMADD231PS %s, %s, %s", bcr(t), wreg(p, h), acc(p, t, h))
+					}
+				}
+			}
+		} else {
+			for p := 0; p < P; p++ {
+				if pf {
+					w("PREFETCHT0 %d%s", prefetch, panAddr(p))
+				}
+				widen(p)
+			}
+			for t := 0; t < K; t++ {
+				w("VBROADCASTSS %s, %s", tokAddr(t), bc)
+				for p := 0; p < P; p++ {
+					for h := 0; h < is.perPan; h++ {
+						w("VFMADD231PS %s, %s, %s", bc, wreg(p, h), acc(p, t, h))
+					}
 				}
 			}
 		}
