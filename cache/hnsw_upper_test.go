@@ -181,3 +181,64 @@ func TestHNSWLoadRejectsLowerLink(t *testing.T) {
 		t.Fatalf("Load: %v, want ErrIndexFile", err)
 	}
 }
+
+// TestHNSWConcurrentSearchAdd: searches of an int8 graph (slot-space upper
+// layers, pooled scratch buffers) run while another goroutine inserts and
+// removes; every result is sorted, and once the writer is done searches
+// equal the reference path's (searchRef). Run with -race.
+func TestHNSWConcurrentSearchAdd(t *testing.T) {
+	h, _ := NewHNSW(HNSWConfig{Dim: 128, M: 4, EfConstruction: 16, Seed: 2})
+	r := rand.New(rand.NewPCG(6, 6))
+	vs := make([][]float32, 1200)
+	for i := range vs {
+		vs[i] = upperTestVec(r, 128, true)
+	}
+	for i := range 400 {
+		_ = h.Add(t.Context(), "ns", fmt.Sprint(i), vs[i])
+	}
+	done := make(chan struct{})
+	errs := make(chan error, 4)
+	for w := range 4 {
+		go func() {
+			rr := rand.New(rand.NewPCG(uint64(w), 9))
+			for {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				default:
+				}
+				ms, err := h.Search(t.Context(), "ns", vs[rr.IntN(len(vs))], 4)
+				if err != nil {
+					errs <- err
+					return
+				}
+				for k := 1; k < len(ms); k++ {
+					if ms[k].Score > ms[k-1].Score {
+						errs <- fmt.Errorf("unsorted %v", ms)
+						return
+					}
+				}
+			}
+		}()
+	}
+	for i := 400; i < len(vs); i++ {
+		_ = h.Add(t.Context(), "ns", fmt.Sprint(i), vs[i])
+		if i%10 == 0 {
+			_ = h.Remove(t.Context(), "ns", fmt.Sprint(i-5))
+		}
+	}
+	close(done)
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := h.graphs["ns"]
+	for i := 0; i < len(vs); i += 7 {
+		got, want := g.search(vs[i], 4, 12), g.searchRef(vs[i], 4, 12)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("vector %d after the writes: search\n%v\nwant\n%v", i, got, want)
+		}
+	}
+}
