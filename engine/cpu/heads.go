@@ -306,7 +306,7 @@ func (b *CPUBackend) wakeHeads(j *headsJob) {
 	j.readyCh, j.done = make(chan struct{}), make(chan struct{})
 	j.queued.Add(1) // nobody waits on it: a worker's Done after runQueued
 	select {
-	case workers.tasks <- poolTask{fn: j.runQueued, lo: 0, hi: 1, wg: &j.queued}:
+	case workers.tasks <- poolTask{fn: j.runQueued, lo: 0, hi: 1, wg: &j.queued, waits: true}:
 	default: // the pool's queue is full: finishHeads runs it
 		j.queued.Done()
 	}

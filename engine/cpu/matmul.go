@@ -22,6 +22,11 @@ type poolTask struct {
 	fn     func(lo, hi int)
 	lo, hi int
 	wg     *sync.WaitGroup
+	// waits: fn may wait for the goroutine that queued it (the draft-heads
+	// job waits for its forward's hidden rows, heads.go), so a caller
+	// draining the queue in parallelFor must not run it itself: it gets a
+	// goroutine of its own, as a worker would have run it.
+	waits bool
 }
 
 func startWorkers() {
@@ -68,6 +73,10 @@ func parallelFor(threads, n, align int, fn func(lo, hi int)) {
 	for done := false; !done; {
 		select {
 		case t := <-workers.tasks:
+			if t.waits {
+				go func() { t.fn(t.lo, t.hi); t.wg.Done() }()
+				continue
+			}
 			t.fn(t.lo, t.hi)
 			t.wg.Done()
 		default:
