@@ -26,6 +26,74 @@ func tokenize(s string) []token {
 	if len(s) > 64<<10 {
 		s = s[:64<<10]
 	}
+	if isASCII(s) {
+		return tokenizeASCII(s)
+	}
+	return tokenizeRunes(s)
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+func isWordByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+func isDigitByte(c byte) bool { return c >= '0' && c <= '9' }
+
+func isLetterByte(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+
+// tokenizeASCII is tokenizeRunes for ASCII s (the letters and digits of
+// unicode.IsLetter / IsDigit below 0x80 are exactly [A-Za-z0-9]), with
+// words cut from s instead of from a rune copy: the same tokens
+// (TestTokenizeASCIIMatchesRunes, FuzzTokenizeASCII).
+func tokenizeASCII(s string) []token {
+	var out []token
+	first := true
+	for i := 0; i < len(s); {
+		c := s[i]
+		if !isWordByte(c) {
+			if c == '.' || c == '?' || c == '!' || c == ';' || c == ':' {
+				first = true
+			}
+			i++
+			continue
+		}
+		j := i
+		for j < len(s) {
+			c := s[j]
+			if isWordByte(c) {
+				j++
+				continue
+			}
+			// Keep 3.14 and 1,000 and don't / O'Brien together.
+			if j+1 < len(s) && j > i {
+				if (c == '.' || c == ',') && isDigitByte(s[j-1]) && isDigitByte(s[j+1]) {
+					j++
+					continue
+				}
+				if c == '\'' && isLetterByte(s[j-1]) && isLetterByte(s[j+1]) {
+					j++
+					continue
+				}
+			}
+			break
+		}
+		out = appendWord(out, s[i:j], first)
+		i = j
+		first = false
+	}
+	return out
+}
+
+// tokenizeRunes is tokenize for any text.
+func tokenizeRunes(s string) []token {
 	rs := []rune(s)
 	var out []token
 	first := true
