@@ -486,69 +486,69 @@ func (g *graph) scoreNodes(a, b int32) float32 {
 	return g.qs[a] * g.qs[b] * float32(dotI8(g.qv[oa:oa+g.qdim:oa+g.qdim], g.qv[ob:ob+g.qdim:ob+g.qdim]))
 }
 
-// visited is a generation-stamped visited set: one byte per node (100 KB
-// at 100 000 nodes, mostly cache-resident), cleared every 255 searches.
+// marks is a generation-stamped visited set over indices below a bound:
+// one byte each (100 KB at 100 000 nodes, mostly cache-resident), cleared
+// every 255 passes.
+type marks struct {
+	m   []uint8
+	gen uint8
+}
+
+// next starts an empty set for indices below n.
+func (k *marks) next(n int) {
+	if len(k.m) < n {
+		k.m = make([]uint8, n+n/4+16)
+		k.gen = 0
+	}
+	k.gen++
+	if k.gen == 0 {
+		clear(k.m)
+		k.gen = 1
+	}
+}
+
+// visit marks i, reporting whether it was not marked yet.
+func (k *marks) visit(i int32) bool {
+	if k.m[i] == k.gen {
+		return false
+	}
+	k.m[i] = k.gen
+	return true
+}
+
+// visited is a search's scratch: the visited sets of node space and of the
+// upper layers' slot space (searchUpper).
 type visited struct {
-	mark []uint8
-	gen  uint8
-	// umark is mark for upper-layer slots (searchUpper).
-	umark []uint8
-	ugen  uint8
+	nodes, upper marks
 	// The search heaps' backing arrays, kept with the visited set so a
 	// search does not grow two new slices per layer.
 	cbuf, rbuf []cand
 }
 
-func (g *graph) getVisited() *visited {
+func (g *graph) pooledVisited() *visited {
 	vs, _ := g.visitPool.Get().(*visited)
 	if vs == nil {
 		vs = &visited{}
 	}
-	if len(vs.mark) < len(g.nodes) {
-		vs.mark = make([]uint8, len(g.nodes)+len(g.nodes)/4+16)
-		vs.gen = 0
-	}
-	vs.gen++
-	if vs.gen == 0 {
-		clear(vs.mark)
-		vs.gen = 1
-	}
+	return vs
+}
+
+func (g *graph) getVisited() *visited {
+	vs := g.pooledVisited()
+	vs.nodes.next(len(g.nodes))
 	return vs
 }
 
 // getUpper is getVisited for a search of the upper layers (slot space).
 func (g *graph) getUpper() *visited {
-	vs, _ := g.visitPool.Get().(*visited)
-	if vs == nil {
-		vs = &visited{}
-	}
-	if len(vs.umark) < len(g.unode) {
-		vs.umark = make([]uint8, len(g.unode)+len(g.unode)/4+16)
-		vs.ugen = 0
-	}
-	vs.ugen++
-	if vs.ugen == 0 {
-		clear(vs.umark)
-		vs.ugen = 1
-	}
+	vs := g.pooledVisited()
+	vs.upper.next(len(g.unode))
 	return vs
 }
 
-func (vs *visited) uvisit(s int32) bool {
-	if vs.umark[s] == vs.ugen {
-		return false
-	}
-	vs.umark[s] = vs.ugen
-	return true
-}
+func (vs *visited) uvisit(s int32) bool { return vs.upper.visit(s) }
 
-func (vs *visited) visit(i int32) bool {
-	if vs.mark[i] == vs.gen {
-		return false
-	}
-	vs.mark[i] = vs.gen
-	return true
-}
+func (vs *visited) visit(i int32) bool { return vs.nodes.visit(i) }
 
 func (g *graph) randomLevel() int {
 	u := g.rng.Float64()
@@ -768,12 +768,7 @@ func (g *graph) searchUpperInto(q *query, ef int, sc *searchScratch) []cand {
 	eps := append(seed[:0], cand{es, g.uscore(q, es)})
 	for level := g.top; level > 0; level-- {
 		if level < g.top {
-			// A fresh visited set per layer, as searchLayer has.
-			vs.ugen++
-			if vs.ugen == 0 {
-				clear(vs.umark)
-				vs.ugen = 1
-			}
+			vs.upper.next(len(g.unode)) // a fresh visited set per layer, as searchLayer has
 		}
 		cands.c, res.c = cands.c[:0], res.c[:0]
 		for _, ep := range eps {
@@ -1029,6 +1024,14 @@ func (g *graph) search(q []float32, k, ef int) []Match {
 	}
 	cs := g.searchLayerInto(qr, eps, ef, 0, true, sc.l0)
 	sc.l0 = cs
+	return g.matches(q, cs, k)
+}
+
+// matches turns layer 0's results cs (most similar first, by traversal
+// scores) into the k best matches: with int8 copies, the best
+// rescoreFactor·k are re-scored exactly and re-ranked first. cs is
+// reordered in place.
+func (g *graph) matches(q []float32, cs []cand, k int) []Match {
 	if g.qdim > 0 {
 		// Exact scores for what is returned (thresholds compare them): the
 		// best rescoreFactor·k by the int8 scores are re-scored and re-ranked

@@ -24,24 +24,7 @@ func (g *graph) upperRef(qr *query, ef int) []cand {
 // searchRef is graph.search through upperRef, with fresh buffers.
 func (g *graph) searchRef(q []float32, k, ef int) []Match {
 	qr := g.prep(q)
-	cs := g.searchLayer(qr, g.upperRef(qr, ef), ef, 0, true)
-	if g.qdim > 0 {
-		if n := rescoreFactor * k; len(cs) > n {
-			cs = cs[:n]
-		}
-		for i := range cs {
-			cs[i].s = sim(q, g.nodes[cs[i].i])
-		}
-		sortCands(cs)
-	}
-	if len(cs) > k {
-		cs = cs[:k]
-	}
-	out := make([]Match, len(cs))
-	for i, c := range cs {
-		out[i] = Match{ID: g.nodes[c.i].id, Score: c.s}
-	}
-	return out
+	return g.matches(q, g.searchLayer(qr, g.upperRef(qr, ef), ef, 0, true), k)
 }
 
 func upperTestVec(r *rand.Rand, dim int, sparse bool) []float32 {
