@@ -99,16 +99,6 @@ func BenchmarkHostStepPrediction(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	gpu := func(T int) time.Duration { // µs, H100 device time of an exact tree step (round 6)
-		pts := [][2]float64{{1, 85}, {2, 89}, {4, 105}, {8, 132}, {16, 177}, {32, 287}, {64, 484}}
-		for i := 1; i < len(pts); i++ {
-			if float64(T) <= pts[i][0] {
-				f := (float64(T) - pts[i-1][0]) / (pts[i][0] - pts[i-1][0])
-				return time.Duration((pts[i-1][1] + f*(pts[i][1]-pts[i-1][1])) * 1e3)
-			}
-		}
-		return time.Duration((484 + 6.2*float64(T-64)) * 1e3)
-	}
 	edited := append([]int32(nil), want...)
 	for i := 11; i < len(edited); i += 12 {
 		edited[i] = (edited[i] + 1) % int32(target.Config.VocabSize)
@@ -121,9 +111,9 @@ func BenchmarkHostStepPrediction(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			fb.device = nil
 			if c.device {
-				fb.device = gpu
+				fb.device = h100TreeStep
 			}
-			e := engine.New(m, engine.Options{MaxDraft: 64, StepCost: gpu, ProposeCost: func() time.Duration { return time.Microsecond }})
+			e := engine.New(m, engine.Options{MaxDraft: 64, StepCost: h100TreeStep, ProposeCost: func() time.Duration { return time.Microsecond }})
 			defer e.Close()
 			suf, err := NewSuffix(SuffixConfig{})
 			if err != nil {

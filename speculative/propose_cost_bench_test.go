@@ -16,17 +16,7 @@ import (
 // The forwards are the CPU's; only the budget's decisions are fixed.
 func BenchmarkBudgetLongPrediction(b *testing.B) {
 	target, _ := shippedPair(b)
-	gpu := func(T int) time.Duration { // µs, H100 device time of an exact tree step (round 6)
-		pts := [][2]float64{{1, 85}, {2, 89}, {4, 105}, {8, 132}, {16, 177}, {32, 287}, {64, 484}}
-		for i := 1; i < len(pts); i++ {
-			if float64(T) <= pts[i][0] {
-				f := (float64(T) - pts[i-1][0]) / (pts[i][0] - pts[i-1][0])
-				return time.Duration((pts[i-1][1] + f*(pts[i][1]-pts[i-1][1])) * 1e3)
-			}
-		}
-		return time.Duration((484 + 6.2*float64(T-64)) * 1e3)
-	}
-	e := engine.New(target, engine.Options{MaxDraft: 64, StepCost: gpu, ProposeCost: func() time.Duration { return time.Microsecond }})
+	e := engine.New(target, engine.Options{MaxDraft: 64, StepCost: h100TreeStep, ProposeCost: func() time.Duration { return time.Microsecond }})
 	defer e.Close()
 	prompt := target.Tokenizer.Encode(testPrompts(b)[0], true)
 	want, _, err := generate(e, engine.GenerateRequest{Prompt: prompt, MaxTokens: 160, NoSpeculation: true})
@@ -50,4 +40,18 @@ func BenchmarkBudgetLongPrediction(b *testing.B) {
 	steps := float64(s1.Steps - s0.Steps)
 	b.ReportMetric(float64((s1.ProposeTime-s0.ProposeTime).Microseconds())/steps, "propose-µs/step")
 	b.ReportMetric(float64(s1.SpecProposed-s0.SpecProposed)/float64(max(s1.SpecSteps-s0.SpecSteps, 1)), "nodes/draft-step")
+}
+
+// h100TreeStep is the H100 device time of an exact tree step of T tokens
+// of the shipped target (docs/cuda.md round 6), interpolated between the
+// measured sizes: a GPU-shaped Options.StepCost for CPU benchmarks.
+func h100TreeStep(T int) time.Duration {
+	pts := [][2]float64{{1, 85}, {2, 89}, {4, 105}, {8, 132}, {16, 177}, {32, 287}, {64, 484}}
+	for i := 1; i < len(pts); i++ {
+		if float64(T) <= pts[i][0] {
+			f := (float64(T) - pts[i-1][0]) / (pts[i][0] - pts[i-1][0])
+			return time.Duration((pts[i-1][1] + f*(pts[i][1]-pts[i-1][1])) * 1e3)
+		}
+	}
+	return time.Duration((484 + 6.2*float64(T-64)) * 1e3)
 }
