@@ -14,7 +14,7 @@ import (
 // tensor-core kernels.
 func mmaKernelLog(t testing.TB, c *Ctx) {
 	for _, name := range []string{"gemv_mma_norm_t1", "gemv_mma_resid_t1", "gemv_mma_plain_t1", "gemv_mma_swiglu_t1",
-		"gemv_mma_qkv_rope_t1", "gemv_mma_norm_t4", "gemv_mma_swiglu_t4", "gemv_mma_qkv_rope_t4"} {
+		"gemv_mma_qkv_rope_t1", "gemv_mma_norm_t2", "gemv_mma_swiglu_t2", "gemv_mma_qkv_rope_t2", "gemv_mma_qkv_rope_t8"} {
 		f, err := c.Func(name)
 		if err != nil {
 			t.Fatal(err)
@@ -39,8 +39,9 @@ func withMMA(c *Ctx, v int, f func()) {
 }
 
 // TestGemvMMA: the tensor-core projections (llama_mma.cu). For every kind,
-// shapes of the shipped target and a 1.1B-like one, and 1..64 tokens (1 to 4
-// M-tiles, partial tiles): (1) every token of the batch launch has exactly
+// shapes of the shipped target and a 1.1B-like one (one, 136 x 2048, with a
+// last row-tile of 8 rows), and 1..64 tokens (1 to 8 token tiles of 8,
+// partial tiles; 1, 2 and 8 tiles per warp): (1) every token of the batch launch has exactly
 // the bits of a launch over that token alone (the exact tree-verification
 // contract: other rows of the M-tile never change a token's outputs), (2)
 // the result is within fp16-input tolerance of a float64 reference on the
@@ -48,7 +49,7 @@ func withMMA(c *Ctx, v int, f func()) {
 // inputs rounded to fp16 as the kernel stages them (f16(x * nw), norm scale
 // on the result), which a wrong fragment layout or K split would miss by
 // orders of magnitude, (3) nothing is written past the M output rows, and
-// (4) above 16 tokens, blocks of 1 or 4 M-tiles give the same bits.
+// (4) above 16 tokens, block rows of 16 or 64 tokens give the same bits.
 func TestGemvMMA(t *testing.T) {
 	d := testDevice(t)
 	r := rand.New(rand.NewPCG(rand.Uint64(), 11))
@@ -60,7 +61,7 @@ func TestGemvMMA(t *testing.T) {
 		for _, shape := range [][2]int{{640, 384}, {2048, 384}, {384, 1024}, {136, 2048}, {4352, 384}, {64, 5632}} {
 			N, K := shape[0], shape[1]
 			start := time.Now()
-			for _, M := range []int{1, 2, 7, 16, 17, 33, 64} {
+			for _, M := range []int{1, 2, 7, 9, 16, 17, 33, 64} {
 				if N*K > 1<<20 && M != 1 && M != 17 && M != 64 {
 					continue // the large shape only where it adds M-tiles
 				}

@@ -25,12 +25,10 @@ const (
 	GemvMMAOff = -1 // never (as the default): the CUDA-core GEMV family
 )
 
-// mmaMaxSplit is the most K parts (warps per n-tile) a launch uses, and
-// mmaMaxWarps the most warps per block.
+// mmaMaxSplit is the most K parts (warps per block) a launch uses.
 const (
 	mmaMaxSplit = 8
-	mmaMaxWarps = 8 // __launch_bounds__(256): no register cap below 255 (16 warps capped them at 128 and spilled)
-	mmaTiles    = 4 // M-tiles of 16 tokens one block takes at most (the larger MMA_TILES instantiation)
+	mmaTiles    = 4 // M-tiles of 16 tokens one block row takes with Tuning.GemvMMATiles 4 (64 tokens)
 )
 
 // mmaSplit is the K split of an N x K matrix: ks contiguous parts of K (the
@@ -49,31 +47,19 @@ func mmaSplit(N, K int) (ks int, ok bool) {
 	return ks, true
 }
 
-// mmaLaunch is the launch shape for M tokens (free to depend on M: it only
-// moves whole n-tiles and M-tiles between blocks): mpb tokens per block row
-// (64, or less where their inputs do not fit in shared memory), nt n-tiles
-// per block (enough warps that each stages at most 4 of the block's tokens,
-// at most mmaMaxWarps), and the dynamic shared memory. ok is false when not
-// even 16 tokens fit.
-func (c *Ctx) mmaLaunch(M, K, ks, tiles int) (mpb, nt, smem int, ok bool) {
-	lim := c.d.MaxSmemOptin
-	if lim <= 0 {
-		lim = 48 << 10
-	}
-	lim -= 1024 // static shared memory (scale)
-	for mpb = 16 * tiles; mpb >= 16; mpb -= 16 {
-		rows := min(M, mpb)
-		nt = 1
-		for nt*ks*4 < rows && 2*nt*ks <= mmaMaxWarps {
-			nt *= 2
-		}
-		smem = rows*(K+32)*2 + (ks-1)*nt*tiles*512
-		if smem <= lim {
-			return mpb, nt, smem, true
-		}
-	}
-	return 0, 0, 0, false
-}
+// mmaSmem is the dynamic shared memory of a launch with ks K parts and tt
+// token tiles per warp: the part sums of parts 1.. and every part's sums
+// of squares.
+func mmaSmem(ks, tt int) int { return (ks-1)*tt*512 + ks*tt*32 }
+
+// mmaAutoMaxK: with Tuning.GemvMMA 0 (the default), matrices of at most
+// this many columns run on the tensor cores (every projection of the
+// shipped 12.6 M target: K 384 and 1024), wider ones on the CUDA-core
+// GEMVs (the 1.1B shape, K 2048 and 5632, streams its weights far slower
+// on the tensor-core kernels; docs/cuda.md rounds 8 and 9). The rule
+// depends on the shape only, so a matrix runs on one family at every
+// batch size.
+const mmaAutoMaxK = 1024
 
 // useMMA reports whether the fp16 projection of an N x K matrix runs on
 // the tensor-core kernels on this device (sm_80 or newer).
@@ -81,14 +67,16 @@ func (c *Ctx) useMMA(N, K int) bool {
 	if c.d.Major < 8 {
 		return false
 	}
-	ks, ok := mmaSplit(N, K)
-	if !ok {
+	if _, ok := mmaSplit(N, K); !ok {
 		return false
 	}
-	if _, _, _, ok := c.mmaLaunch(16, K, ks, 1); !ok { // one M-tile must fit, whatever M
+	switch c.d.tune.GemvMMA {
+	case GemvMMAOn:
+		return true
+	case GemvMMAOff:
 		return false
 	}
-	return c.d.tune.GemvMMA == GemvMMAOn
+	return K <= mmaAutoMaxK
 }
 
 // UsesMMA reports whether a projection of an N x K fp16 matrix runs on the
@@ -99,44 +87,42 @@ func (d *Device) UsesMMA(N, K int) bool { return (&Ctx{d: d}).useMMA(N, K) }
 var mmaNames = [...]string{GemvNorm: "gemv_mma_norm", GemvResid: "gemv_mma_resid", GemvPlain: "gemv_mma_plain",
 	GemvSwiGLU: "gemv_mma_swiglu"}
 
-// mmaTilesFor is the M-tiles per block of a launch of M tokens: 1 up to 16
-// tokens, else Tuning.GemvMMATiles (1 by default: one block row per 16
-// tokens measured faster than 4 M-tiles per block, 234 vs 285 µs for a
-// 64-token step of the shipped target).
-func (c *Ctx) mmaTilesFor(M int) int {
-	if M <= 16 || c.d.tune.GemvMMATiles != mmaTiles {
+// mmaTokenTiles is the token tiles of 8 per warp (and block row) of a
+// launch of M tokens: 1 up to 8 tokens (plain decoding), else 2 (block
+// rows of 16 tokens, round 8's default), or 8 above 16 tokens with
+// Tuning.GemvMMATiles 4 (block rows of 64 tokens: measured slower in round
+// 8). The same bits whichever.
+func (c *Ctx) mmaTokenTiles(M int) int {
+	switch {
+	case M <= 8:
 		return 1
+	case M > 16 && c.d.tune.GemvMMATiles == mmaTiles:
+		return 2 * mmaTiles
 	}
-	return mmaTiles
+	return 2
 }
 
 // mmaPlan is the launch of M tokens of an N x K projection: its K split,
-// M-tiles per block and mmaLaunch's shape. Where Tuning.GemvMMATiles' four
-// M-tiles per block do not fit in shared memory (their partials take four
-// times the room; useMMA checks one), the launch takes one: the same bits
-// per M-tile, so the matrix stays on the tensor-core family.
-func (c *Ctx) mmaPlan(M, N, K int) (ks, tiles, mpb, nt, smem int, ok bool) {
+// token tiles per warp (mmaTokenTiles) and dynamic shared memory (part sums
+// and sums of squares only: at most 30 KiB, within the 48 KiB every launch
+// gets, so every shape the family takes has a launch for every token count).
+func (c *Ctx) mmaPlan(M, N, K int) (ks, tt, smem int, ok bool) {
 	ks, ok = mmaSplit(N, K)
 	if !ok || M < 1 || M > GemvWideMaxM {
-		return 0, 0, 0, 0, 0, false
+		return 0, 0, 0, false
 	}
-	tiles = c.mmaTilesFor(M)
-	mpb, nt, smem, ok = c.mmaLaunch(M, K, ks, tiles)
-	if !ok && tiles > 1 {
-		tiles = 1
-		mpb, nt, smem, ok = c.mmaLaunch(M, K, ks, tiles)
-	}
-	return ks, tiles, mpb, nt, smem, ok
+	tt = c.mmaTokenTiles(M)
+	return ks, tt, mmaSmem(ks, tt), true
 }
 
 // gemvMMA launches gemv_mma (name) over M tokens; extra are the RoPE
 // arguments of gemv_mma_qkv_rope.
 func (c *Ctx) gemvMMA(name string, W, X, xrow, nw DevicePtr, eps float32, Y DevicePtr, M, N, K int, extra ...uint64) error {
-	ks, tiles, mpb, nt, smem, ok := c.mmaPlan(M, N, K)
+	ks, tt, smem, ok := c.mmaPlan(M, N, K)
 	if !ok {
 		return fmt.Errorf("%s M=%d N=%d K=%d: %w", name, M, N, K, ErrBadArg)
 	}
-	name = fmt.Sprintf("%s_t%d", name, tiles)
+	name = fmt.Sprintf("%s_t%d", name, tt)
 	f, err := c.Func(name)
 	if err != nil {
 		return err
@@ -144,8 +130,7 @@ func (c *Ctx) gemvMMA(name string, W, X, xrow, nw DevicePtr, eps float32, Y Devi
 	if err := c.smemAttr(name, f, smem); err != nil {
 		return err
 	}
-	ntiles := N / 8
-	grid := Dim3{uint32((ntiles + nt - 1) / nt), uint32((M + mpb - 1) / mpb), 1}
-	args := append([]uint64{P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), I(ks), I(M), I(mpb)}, extra...)
-	return c.launchPDL(f, grid, Dim3{uint32(32 * nt * ks), 1, 1}, smem, args...)
+	grid := Dim3{uint32((N + 15) / 16), uint32((M + 8*tt - 1) / (8 * tt)), 1}
+	args := append([]uint64{P(W), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), I(ks), I(M)}, extra...)
+	return c.launchPDL(f, grid, Dim3{uint32(32 * ks), 1, 1}, smem, args...)
 }

@@ -38,17 +38,21 @@ type Tuning struct {
 	// blocks than the device has SMs keep chunks of up to GemvMaxM tokens
 	// instead of spreading over more, smaller chunks (ops_wide.go).
 	NoGemvSpread bool
-	// GemvMMA picks the fp16 projection family: 0 (the default) or
-	// GemvMMAOff the CUDA-core GEMVs, GemvMMAOn the tensor-core kernels
-	// (ops_mma.go) for every matrix whose shape they take. Unlike the other
+	// GemvMMA picks the fp16 projection family: GemvMMAOn the tensor-core
+	// kernels (ops_mma.go) for every matrix whose shape they take,
+	// GemvMMAOff the CUDA-core GEMVs, 0 (the default) by the measured
+	// per-shape rule of useMMA (tensor cores for matrices of at most
+	// mmaAutoMaxK columns: every projection of the shipped 12.6 M target;
+	// CUDA-core for wider ones, e.g. the 1.1B shape). Unlike the other
 	// knobs it changes results (fp16 inputs to the tensor cores), never
-	// between batch sizes: plain and tree steps of one model always run
-	// each matrix on the same family, so exact verification holds either
-	// way. Off by default: plain decoding measured slower with it (round 8).
+	// between batch sizes: the choice depends on the matrix shape only, so
+	// plain and tree steps of one model always run each matrix on the same
+	// family and exact verification holds either way.
 	GemvMMA int
-	// GemvMMATiles: M-tiles of 16 tokens one tensor-core block takes in
-	// launches of more than 16 tokens: 1 (the default, 0) or 4 (each weight
-	// chunk loaded once for up to 64 tokens: measured slower). Same bits.
+	// GemvMMATiles: M-tiles of 16 tokens one tensor-core block row takes
+	// in launches of more than 16 tokens: 1 (the default, 0) or 4 (each
+	// weight chunk loaded once for up to 64 tokens: measured slower in
+	// round 8). Same bits.
 	GemvMMATiles int
 	// GemvPrefetch makes each GEMV block prefetch its weight rows to L2
 	// before loading its inputs: cost 9% of decode speed on an H100.
