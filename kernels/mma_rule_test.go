@@ -3,9 +3,10 @@ package kernels
 import "testing"
 
 // The projection family per matrix shape (ops_mma.go useMMA): by default
-// the tensor cores take the matrices of at most mmaAutoMaxK columns (every
-// projection of the shipped target, hidden 384, intermediate 1024) and the
-// CUDA-core GEMVs the wider ones (the 1.1B shape); GemvMMA on / off force
+// the tensor cores take the matrices of 384..1024 columns (every projection
+// of the shipped target, hidden 384, intermediate 1024) and the CUDA-core
+// GEMVs the others (the 1.1B shape; the draft's and the test configs'
+// narrower ones, except the draft's down projection, K 512); GemvMMA on / off force
 // one family for every shape the kernels take; never below sm_80 or for
 // shapes the tensor-core kernels do not take. The batch size never enters.
 func TestUseMMARule(t *testing.T) {
@@ -26,6 +27,9 @@ func TestUseMMARule(t *testing.T) {
 		{2560, 2048, false, true, false}, // 1.1B: qkv
 		{2048, 5632, false, true, false}, // 1.1B: down
 		{136, 2048, false, true, false},
+		{640, 192, false, true, false},  // draft: qkv
+		{192, 512, true, true, false},   // draft: down
+		{256, 128, false, true, false},  // engine test config (hidden 128)
 		{100, 384, false, false, false}, // N % 8
 		{640, 392, false, false, false}, // K % 64
 	} {

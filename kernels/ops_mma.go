@@ -2,27 +2,29 @@ package kernels
 
 import "fmt"
 
-// Tensor-core projections (gemv_mma in llama_mma.cu, round 8, docs/cuda.md):
-// the GEMV kinds and the fused QKV+RoPE step computed with mma.sync m16n8k16
-// (fp16 inputs staged from the fp32 activations, fp32 accumulation), tokens
-// padded to 16 per M-tile. A token's outputs depend only on its own inputs,
-// the weights and the K split, which is fixed per (N, K): the same bits
-// alone and in any batch of up to GemvWideMaxM tokens (TestGemvMMA), so
-// plain decoding and exact tree steps agree as long as one matrix always
-// runs on one family, which the choice below guarantees (it depends on the
-// tuning and the matrix shape, never on the token count). The bits differ
-// from the CUDA-core GEMV family's (fp16 inputs instead of fp32).
+// Tensor-core projections (gemv_mma in llama_mma.cu, rounds 8-9,
+// docs/cuda.md): the GEMV kinds and the fused QKV+RoPE step computed with
+// mma.sync m16n8k16 (fp16 inputs rounded in registers from the fp32
+// activations, fp32 accumulation), the weights as the 16-row A operand and
+// the tokens as the B operand, padded to 8 per token tile. A token's
+// outputs depend only on its own inputs, the weights and the K split,
+// which is fixed per (N, K): the same bits alone and in any batch of up to
+// GemvWideMaxM tokens (TestGemvMMA), so plain decoding and exact tree
+// steps agree as long as one matrix always runs on one family, which the
+// choice below guarantees (it depends on the tuning and the matrix shape,
+// never on the token count). The bits differ from the CUDA-core GEMV
+// family's (fp16 inputs instead of fp32).
 //
-// Off by default (Tuning.GemvMMA): measured on an H100 (round 8), an exact
-// tree step of the shipped target costs 22-48 % less from 16 to 64 tokens
-// (T = 16 138 vs 176 µs, 64 234 vs 451), but a one-token step 106 vs 87 µs
-// (plain decoding 10-22 % slower, median 13 %), and the 1.1B shape decodes 2.8x slower
-// (bandwidth bound: too few bytes in flight per warp at 124-164 registers).
+// On by default for the shapes measured faster (mmaAutoMinK..mmaAutoMaxK
+// columns: the shipped target). Measured on an H100 (round 9), an exact
+// step of the shipped target costs T = 1 75-77 µs (CUDA-core 87-92), 8
+// 86-88 (130), 16 130-132 (175), 64 197-199 (445-448); plain decoding
+// 9365 vs 8709 tokens/s (medians of 3).
 
-// GemvMMA values (Tuning.GemvMMA; 0 is the default: off).
+// GemvMMA values (Tuning.GemvMMA; 0 is the default: by shape, useMMA).
 const (
 	GemvMMAOn  = 1  // every fp16 projection whose shape the kernel takes
-	GemvMMAOff = -1 // never (as the default): the CUDA-core GEMV family
+	GemvMMAOff = -1 // never: the CUDA-core GEMV family
 )
 
 // mmaMaxSplit is the most K parts (warps per block) a launch uses.
@@ -52,14 +54,20 @@ func mmaSplit(N, K int) (ks int, ok bool) {
 // of squares.
 func mmaSmem(ks, tt int) int { return (ks-1)*tt*512 + ks*tt*32 }
 
-// mmaAutoMaxK: with Tuning.GemvMMA 0 (the default), matrices of at most
-// this many columns run on the tensor cores (every projection of the
-// shipped 12.6 M target: K 384 and 1024), wider ones on the CUDA-core
-// GEMVs (the 1.1B shape, K 2048 and 5632, streams its weights far slower
-// on the tensor-core kernels; docs/cuda.md rounds 8 and 9). The rule
-// depends on the shape only, so a matrix runs on one family at every
-// batch size.
-const mmaAutoMaxK = 1024
+// mmaAutoMinK, mmaAutoMaxK: with Tuning.GemvMMA 0 (the default), matrices
+// with mmaAutoMinK..mmaAutoMaxK columns run on the tensor cores, the range
+// measured faster there on an H100 (round 9, docs/cuda.md: every
+// projection of the shipped 12.6 M target, K 384 and 1024: one-token step
+// 75-77 vs 87-92 µs, 64 tokens 197-199 vs 445-448). Other shapes keep the
+// CUDA-core GEMVs: wider ones were measured slower on the round-8
+// tensor-core kernels (the 1.1B shape, K 2048 and 5632, 2.8x slower decode;
+// the round-9 kernels are not measured there) and narrower ones are not
+// measured. The rule depends on the shape only, so a matrix runs on one
+// family at every batch size.
+const (
+	mmaAutoMinK = 384
+	mmaAutoMaxK = 1024
+)
 
 // useMMA reports whether the fp16 projection of an N x K matrix runs on
 // the tensor-core kernels on this device (sm_80 or newer).
@@ -76,7 +84,7 @@ func (c *Ctx) useMMA(N, K int) bool {
 	case GemvMMAOff:
 		return false
 	}
-	return K <= mmaAutoMaxK
+	return K >= mmaAutoMinK && K <= mmaAutoMaxK
 }
 
 // UsesMMA reports whether a projection of an N x K fp16 matrix runs on the

@@ -41,9 +41,9 @@ type Tuning struct {
 	// GemvMMA picks the fp16 projection family: GemvMMAOn the tensor-core
 	// kernels (ops_mma.go) for every matrix whose shape they take,
 	// GemvMMAOff the CUDA-core GEMVs, 0 (the default) by the measured
-	// per-shape rule of useMMA (tensor cores for matrices of at most
-	// mmaAutoMaxK columns: every projection of the shipped 12.6 M target;
-	// CUDA-core for wider ones, e.g. the 1.1B shape). Unlike the other
+	// per-shape rule of useMMA (tensor cores for matrices of mmaAutoMinK
+	// to mmaAutoMaxK columns: every projection of the shipped 12.6 M
+	// target; CUDA-core for the others, e.g. the 1.1B shape). Unlike the other
 	// knobs it changes results (fp16 inputs to the tensor cores), never
 	// between batch sizes: the choice depends on the matrix shape only, so
 	// plain and tree steps of one model always run each matrix on the same

@@ -36,9 +36,10 @@ import (
 // bits, 5 launches per layer instead of 5 per chunk.
 
 // Both fp16 projection families keep the contract (kernels.Tuning.GemvMMA,
-// round 8): the CUDA-core GEMVs (the default) and the tensor-core kernels,
-// whose per-token arithmetic does not depend on the other tokens of the
-// M-tile either; a backend runs every step of a model on one of them.
+// rounds 8-9): the CUDA-core GEMVs and the tensor-core kernels (the default
+// for matrices of 384..1024 columns, e.g. the shipped target's), whose
+// per-token arithmetic does not depend on the other tokens of the token
+// tile either; a backend runs every step of a matrix on one of them.
 
 // MaxExactTokens is the largest step exact batches cover.
 const MaxExactTokens = kernels.GemvWideMaxM

@@ -43,8 +43,9 @@ func TestExactTreeMatchesPlainOnGPU(t *testing.T) {
 	}{{"default", kernels.Tuning{}, 100}, {"per-head", kernels.Tuning{AttnGroupMin: -1}, 100},
 		{"grouped", kernels.Tuning{AttnGroupMin: 2}, 100}, {"grouped-ctx600", kernels.Tuning{AttnGroupMin: 2}, 600},
 		{"default-ctx600", kernels.Tuning{}, 600},
-		// the projection families (round 8): the tensor-core kernels, and the
-		// CUDA-core GEMVs pinned (the default today)
+		// the projection families (rounds 8-9): the tensor-core kernels (the
+		// default for the shipped target's shapes since round 9) and the
+		// CUDA-core GEMVs, each pinned
 		{"mma", kernels.Tuning{GemvMMA: kernels.GemvMMAOn}, 100},
 		{"cudacore", kernels.Tuning{GemvMMA: kernels.GemvMMAOff}, 100}} {
 		t.Run(c.name, func(t *testing.T) { testExactTreeMatchesPlain(t, c.t, c.ctx) })
@@ -108,9 +109,9 @@ func testExactTreeMatchesPlain(t *testing.T, tu kernels.Tuning, ctx int) {
 // cost of one target forward of a T-token tree at context 100 on the
 // shipped target, T = 1..64: device µs of the graph-replayed step (median
 // of 30, argmax rows only and logits back), exact steps with the default
-// projection family, the CUDA-core GEMVs (GemvMMA off: the projections
-// before round 8), the tensor-core kernels (GemvMMA on; 4 or 1 M-tiles per
-// block) and FastVerify (cuBLAS) side by side, and the device time per stage
+// projection family (the tensor-core kernels for the shipped target since
+// round 9), the CUDA-core GEMVs (GemvMMA off: the projections before round
+// 8), the tensor-core kernels (GemvMMA on; block rows of 16 or 64 tokens) and FastVerify (cuBLAS) side by side, and the device time per stage
 // of the eager step without PDL (stage profile, prof.go).
 func TestVerifyCostStagesOnGPU(t *testing.T) {
 	if os.Getenv("SPECGATE_PROFILE") == "" {
