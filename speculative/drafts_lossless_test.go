@@ -138,6 +138,9 @@ func TestLosslessGreedyDrafts(t *testing.T) {
 	if leak := target.KV().UsedBlocks() - target.KV().CachedBlocks(); leak != 0 {
 		t.Fatalf("KV leak: %d blocks outside the prefix cache", leak)
 	}
+	// a finished request's proposers are released by the scheduler after
+	// its Generate returned; they all are once the engine is closed
+	e.Close()
 	for _, p := range []*Suffix{promptOnly, answers, both} {
 		if len(p.reqs) != 0 {
 			t.Fatalf("suffix proposer kept %d released requests", len(p.reqs))
@@ -239,6 +242,7 @@ func TestLosslessSamplingDrafts(t *testing.T) {
 			}
 		})
 	}
+	e.Close() // the scheduler has released every request's proposers
 	if len(known.reqs) != 0 || len(suffix.reqs) != 0 {
 		t.Fatalf("proposers kept released requests: %d, %d", len(known.reqs), len(suffix.reqs))
 	}
