@@ -22,6 +22,10 @@ func NewCPUBackendOpts(cfg Config, w *Weights, numSlots int, o CPUOptions) (*CPU
 	return cpu.New(cfg, w, numSlots, o)
 }
 
+// TopK appends to dst the indices of the k largest values of l, largest
+// first (see cpu.TopK).
+func TopK(l []float32, k int, dst []int32) []int32 { return cpu.TopK(l, k, dst) }
+
 // NewMat prepares a weight matrix for the CPU matmul (see cpu.NewMat).
 func NewMat(w []float32, out, in int) *Mat { return cpu.NewMat(w, out, in) }
 

@@ -3,7 +3,6 @@ package medusa
 import (
 	"context"
 	"fmt"
-	"math"
 
 	"github.com/specgate/specgate/engine"
 )
@@ -154,32 +153,6 @@ func (p *Proposer) layTree(top [][]int32, budget, d int) engine.Proposal {
 }
 
 // TopK appends to dst the indices of the k largest values of l, largest
-// first (ties: lower index first; NaN counts as -Inf).
-func TopK(l []float32, k int, dst []int32) []int32 {
-	k = min(k, len(l))
-	dst = dst[:0]
-	if k <= 0 {
-		return dst
-	}
-	val := func(i int32) float32 {
-		if v := l[i]; v == v {
-			return v
-		}
-		return float32(math.Inf(-1))
-	}
-	for i := range l {
-		v := val(int32(i))
-		if len(dst) == k {
-			if !(v > val(dst[k-1])) {
-				continue
-			}
-			dst[k-1] = int32(i)
-		} else {
-			dst = append(dst, int32(i))
-		}
-		for j := len(dst) - 1; j > 0 && val(dst[j]) > val(dst[j-1]); j-- {
-			dst[j], dst[j-1] = dst[j-1], dst[j]
-		}
-	}
-	return dst
-}
+// first (ties: lower index first; NaN counts as -Inf): engine.TopK, which
+// the CPU backend's in-forward heads use too.
+func TopK(l []float32, k int, dst []int32) []int32 { return engine.TopK(l, k, dst) }

@@ -145,7 +145,7 @@ func (g *draftRowHeads) Top(hidden []float32, rows int, top []int32) {
 		}
 		g.proj[h].MulT(1, g.logits, g.x, rows)
 		for r := range rows {
-			g.top = topK(g.logits[r*g.rows:(r+1)*g.rows], g.k, g.top[:0])
+			g.top = TopK(g.logits[r*g.rows:(r+1)*g.rows], g.k, g.top[:0])
 			dst := top[r*g.Width()+h*g.k : r*g.Width()+(h+1)*g.k]
 			for j := range dst {
 				dst[j] = -1
@@ -160,9 +160,9 @@ func (g *draftRowHeads) Top(hidden []float32, rows int, top []int32) {
 	}
 }
 
-// topK appends to dst the indices of the k largest values of l, largest
+// TopK appends to dst the indices of the k largest values of l, largest
 // first (ties: lower index first; NaN counts as -Inf).
-func topK(l []float32, k int, dst []int32) []int32 {
+func TopK(l []float32, k int, dst []int32) []int32 {
 	k = min(k, len(l))
 	dst = dst[:0]
 	if k <= 0 {

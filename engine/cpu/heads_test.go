@@ -26,7 +26,7 @@ func (h *recordHeads) Top(hidden []float32, rows int, top []int32) {
 	for r := range rows {
 		row := hidden[r*H : (r+1)*H]
 		h.seen = append(h.seen, slices.Clone(row))
-		copy(top[r*h.w:(r+1)*h.w], topK(row[:h.w], h.w, nil))
+		copy(top[r*h.w:(r+1)*h.w], TopK(row[:h.w], h.w, nil))
 	}
 }
 
@@ -113,7 +113,7 @@ func TestRowHeadsInForward(t *testing.T) {
 					if !slices.Equal(rh.seen[r], want) {
 						t.Fatalf("step %d row %d: heads got another hidden row than Hidden", step, r)
 					}
-					if got, wt := a[1].HeadTop[r*3:(r+1)*3], topK(want[:3], 3, nil); !slices.Equal(got, wt) {
+					if got, wt := a[1].HeadTop[r*3:(r+1)*3], TopK(want[:3], 3, nil); !slices.Equal(got, wt) {
 						t.Fatalf("step %d row %d: HeadTop %v, want %v", step, r, got, wt)
 					}
 				}
