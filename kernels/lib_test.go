@@ -104,6 +104,7 @@ func TestTuningWithEnv(t *testing.T) {
 		{map[string]string{KernelDefinesEnv: " -DA=1  -DB=2 "}, Tuning{KernelDefines: []string{"-DA=1", "-DB=2"}}},
 		{map[string]string{EnvGemvMMA: "on", EnvGemvMMATiles: "1"}, Tuning{GemvMMA: GemvMMAOn, GemvMMATiles: 1}},
 		{map[string]string{EnvGemvMMA: "off", EnvGemvMMATiles: "3"}, Tuning{GemvMMA: GemvMMAOff}},
+		{map[string]string{EnvGemvMMATiles: "2"}, Tuning{GemvMMATiles: 2}},
 		{map[string]string{EnvGemvMMA: "yes"}, Tuning{}},
 	} {
 		if got := (Tuning{}).WithEnv(env(c.env)); !reflect.DeepEqual(got, c.want) {
@@ -133,7 +134,7 @@ func TestTuningDefaults(t *testing.T) {
 	}
 	for _, bad := range []Tuning{{Gemv: "fast"}, {GemvI8: GemvRing}, {GemvWarps: 3}, {GemvRingBlocksPerSM: 9},
 		{GemvRingWarps: 1}, {GemvRingMinK: -1}, {AttnSplits: 65}, {AttnSplits: -1}, {AttnSplitMinKeys: -4}, {AttnGroupMin: -5},
-		{GemvMMA: 2}, {GemvMMA: -2}, {GemvMMATiles: 2}} {
+		{GemvMMA: 2}, {GemvMMA: -2}, {GemvMMATiles: 3}, {GemvMMATiles: 8}} {
 		if _, err := bad.withDefaults(); !errors.Is(err, ErrBadArg) {
 			t.Errorf("%+v: err %v, want ErrBadArg", bad, err)
 		}

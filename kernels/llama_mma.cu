@@ -286,10 +286,12 @@ __device__ void gemv_mma(const f16* __restrict__ W, const float* __restrict__ X,
 }
 
 #define MMA_ARGS const f16 *W, const float *X, const int *xrow, const f16 *nw, float eps, float *Y, int N, int K, int ks, int mt
-// One instantiation per token tiles per warp: 1 (steps of up to 8 tokens,
-// plain decoding), 2 (16 tokens per block row: the default above 8 tokens)
-// and 8 (64 tokens per block row, each weight chunk loaded once for all of
-// them: Tuning.GemvMMATiles 4). Same arithmetic per token, so the same bits.
+// One instantiation per token tiles per warp: 1 (block rows of 8 tokens:
+// plain decoding and, over ceil(M / 8) block rows, every step since round
+// 10), 2 (16 tokens per block row: Tuning.GemvMMATiles 2, round 9's default
+// above 8 tokens) and 8 (64 tokens per block row, each weight chunk loaded
+// once for all of them: Tuning.GemvMMATiles 4). Same arithmetic per token,
+// so the same bits.
 #define MMA_INST(TT)                                                                                          \
   extern "C" __global__ void __launch_bounds__(256) gemv_mma_norm_t##TT(MMA_ARGS) {                           \
     gemv_mma<1, 0, TT>(W, X, xrow, nw, eps, Y, N, K, ks, mt, NO_ROPE);                                        \

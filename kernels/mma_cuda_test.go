@@ -118,25 +118,31 @@ func TestGemvMMA(t *testing.T) {
 							}
 						}
 						got = got[:M*outW]
-						// The launch shape of more than 16 tokens (1 M-tile per
-						// block, the default, or 4) never changes a bit.
-						if M > 16 {
-							d1 := out((M+pad)*outW, Y0)
+						// The launch shape of more than 8 tokens (block rows of 8
+						// tokens, the default, 16 or 64: Tuning.GemvMMATiles 1,
+						// 2, 4) never changes a bit.
+						if M > 8 {
 							prevTiles := c.d.tune.GemvMMATiles
-							c.d.tune.GemvMMATiles = 1 + mmaTiles - prevTiles // the other launch shape
-							err := c.Gemv(kind, dW, dX, dxr, dnw, eps, d1, M, N, K)
-							c.d.tune.GemvMMATiles = prevTiles
-							if err != nil {
-								t.Fatal(err)
-							}
-							again := make([]float32, M*outW)
-							if err := Download(c, again, d1); err != nil {
-								t.Fatal(err)
-							}
-							c.Free(d1)
-							for i := range again {
-								if math.Float32bits(again[i]) != math.Float32bits(got[i]) {
-									t.Fatalf("kind %d N=%d K=%d M=%d: elem %d: %v with %d M-tiles per block, %v with the other", kind, N, K, M, i, got[i], prevTiles, again[i])
+							for _, tiles := range []int{1, mmaRows16, mmaTiles} {
+								if tiles == prevTiles {
+									continue
+								}
+								d1 := out((M+pad)*outW, Y0)
+								c.d.tune.GemvMMATiles = tiles
+								err := c.Gemv(kind, dW, dX, dxr, dnw, eps, d1, M, N, K)
+								c.d.tune.GemvMMATiles = prevTiles
+								if err != nil {
+									t.Fatal(err)
+								}
+								again := make([]float32, M*outW)
+								if err := Download(c, again, d1); err != nil {
+									t.Fatal(err)
+								}
+								c.Free(d1)
+								for i := range again {
+									if math.Float32bits(again[i]) != math.Float32bits(got[i]) {
+										t.Fatalf("kind %d N=%d K=%d M=%d: elem %d: %v with GemvMMATiles %d, %v with %d", kind, N, K, M, i, got[i], prevTiles, again[i], tiles)
+									}
 								}
 							}
 						}

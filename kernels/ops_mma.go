@@ -16,10 +16,11 @@ import "fmt"
 // family's (fp16 inputs instead of fp32).
 //
 // On by default for the shapes measured faster (mmaAutoMinK..mmaAutoMaxK
-// columns: the shipped target). Measured on an H100 (round 9), an exact
-// step of the shipped target costs T = 1 75-77 µs (CUDA-core 87-92), 8
-// 86-88 (130), 16 130-132 (175), 64 197-199 (445-448); plain decoding
-// 9365 vs 8709 tokens/s (medians of 3).
+// columns: the shipped target). Measured on an H100 (round 10: block rows
+// of 8 tokens at every step), an exact step of the shipped target costs
+// T = 1 75-83 µs (CUDA-core 86-94), 8 87-89 (131), 16 102-107 (175-178;
+// round 9's 16-token block rows 128), 64 180-186 (448-452; round 9 198);
+// plain decoding (round 9) 9365 vs 8709 tokens/s (medians of 3).
 
 // GemvMMA values (Tuning.GemvMMA; 0 is the default: by shape, useMMA).
 const (
@@ -30,7 +31,8 @@ const (
 // mmaMaxSplit is the most K parts (warps per block) a launch uses.
 const (
 	mmaMaxSplit = 8
-	mmaTiles    = 4 // M-tiles of 16 tokens one block row takes with Tuning.GemvMMATiles 4 (64 tokens)
+	mmaRows16   = 2 // Tuning.GemvMMATiles 2: block rows of 16 tokens above 8 tokens (round 9)
+	mmaTiles    = 4 // Tuning.GemvMMATiles 4: block rows of 64 tokens above 16 tokens
 )
 
 // mmaSplit is the K split of an N x K matrix: ks contiguous parts of K (the
@@ -96,15 +98,17 @@ var mmaNames = [...]string{GemvNorm: "gemv_mma_norm", GemvResid: "gemv_mma_resid
 	GemvSwiGLU: "gemv_mma_swiglu"}
 
 // mmaTokenTiles is the token tiles of 8 per warp (and block row) of a
-// launch of M tokens: 1 up to 8 tokens (plain decoding), else 2 (block
-// rows of 16 tokens, round 8's default), or 8 above 16 tokens with
-// Tuning.GemvMMATiles 4 (block rows of 64 tokens: measured slower in round
-// 8). The same bits whichever.
+// launch of M tokens: 1 (block rows of 8 tokens, ceil(M / 8) of them: the
+// one-token kernel at every M, the default since round 10), or with
+// Tuning.GemvMMATiles 2 above 8 tokens 2 (block rows of 16 tokens, round
+// 9's default: 168-186 registers against t1's 106-121), or with
+// GemvMMATiles 4 above 16 tokens 8 (block rows of 64 tokens), 2 for 9..16.
+// The same bits whichever.
 func (c *Ctx) mmaTokenTiles(M int) int {
-	switch {
-	case M <= 8:
+	switch tiles := c.d.tune.GemvMMATiles; {
+	case M <= 8 || tiles <= 1:
 		return 1
-	case M > 16 && c.d.tune.GemvMMATiles == mmaTiles:
+	case M > 16 && tiles == mmaTiles:
 		return 2 * mmaTiles
 	}
 	return 2

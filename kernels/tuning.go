@@ -49,10 +49,12 @@ type Tuning struct {
 	// plain and tree steps of one model always run each matrix on the same
 	// family and exact verification holds either way.
 	GemvMMA int
-	// GemvMMATiles: M-tiles of 16 tokens one tensor-core block row takes
-	// in launches of more than 16 tokens: 1 (the default, 0) or 4 (each
-	// weight chunk loaded once for up to 64 tokens: measured slower in
-	// round 8). Same bits.
+	// GemvMMATiles: the block rows of tensor-core launches of more than 8
+	// tokens: 1 (the default, 0; round 10) rows of 8 tokens, each block
+	// the one-token kernel (gemv_mma_*_t1) over its 8 tokens; 2 rows of 16
+	// tokens (t2, round 9's default above 8 tokens); 4 rows of 64 tokens
+	// above 16 tokens (t8, each weight chunk loaded once for up to 64
+	// tokens: measured slower in rounds 8-9), 16 for 9..16. Same bits.
 	GemvMMATiles int
 	// GemvPrefetch makes each GEMV block prefetch its weight rows to L2
 	// before loading its inputs: cost 9% of decode speed on an H100.
@@ -131,7 +133,7 @@ func (t Tuning) withDefaults() (Tuning, error) {
 	switch t.GemvMMATiles {
 	case 0:
 		t.GemvMMATiles = 1
-	case 1, mmaTiles:
+	case 1, mmaRows16, mmaTiles:
 	default:
 		return bad("GemvMMATiles", t.GemvMMATiles)
 	}
@@ -170,7 +172,7 @@ const (
 	EnvGemvPrefetch  = "SPECGATE_GEMV_PREFETCH"   // "1": GemvPrefetch
 	EnvGemvSpread    = "SPECGATE_GEMV_SPREAD"     // "0": NoGemvSpread
 	EnvGemvMMA       = "SPECGATE_GEMV_MMA"        // on | off: GemvMMA
-	EnvGemvMMATiles  = "SPECGATE_GEMV_MMA_TILES"  // 1 | 4: GemvMMATiles
+	EnvGemvMMATiles  = "SPECGATE_GEMV_MMA_TILES"  // 1 | 2 | 4: GemvMMATiles
 	EnvGemvRingBPS   = "SPECGATE_GEMV_RING_BPS"   // 0..8: GemvRingBlocksPerSM
 	EnvGemvRingWarps = "SPECGATE_GEMV_RING_WARPS" // 2..8: GemvRingWarps
 	EnvGemvRingMinK  = "SPECGATE_GEMV_RING_MINK"  // GemvRingMinK
@@ -231,7 +233,7 @@ func (t Tuning) WithEnv(getenv func(string) string) Tuning {
 		t.GemvMMA = GemvMMAOff
 	}
 	switch v := getenv(EnvGemvMMATiles); v {
-	case "1", "4":
+	case "1", "2", "4":
 		t.GemvMMATiles, _ = strconv.Atoi(v)
 	}
 	intIn(EnvGemvRingBPS, 0, 8, &t.GemvRingBlocksPerSM)

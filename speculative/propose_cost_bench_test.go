@@ -10,8 +10,8 @@ import (
 // BenchmarkBudgetLongPrediction: the host time the engine's draft budget
 // and the proposers spend per step (engine Stats.ProposeTime over steps;
 // metric propose-µs/step) when an exact 160-token prediction is verified
-// with a GPU-shaped step cost (a 64-token tree step costs 5.7x a
-// one-token step, docs/cuda.md round 6), Known plus prompt lookup, up to
+// with a GPU-shaped step cost (a 64-token tree step costs 2.4x a
+// one-token step, docs/cuda.md round 10), Known plus prompt lookup, up to
 // 64 nodes a step, as bench workload's code-edit trace runs on the H100.
 // The forwards are the CPU's; only the budget's decisions are fixed.
 func BenchmarkBudgetLongPrediction(b *testing.B) {
@@ -43,15 +43,16 @@ func BenchmarkBudgetLongPrediction(b *testing.B) {
 }
 
 // h100TreeStep is the H100 device time of an exact tree step of T tokens
-// of the shipped target (docs/cuda.md round 6), interpolated between the
-// measured sizes: a GPU-shaped Options.StepCost for CPU benchmarks.
+// of the shipped target (docs/cuda.md round 10: the default tensor-core
+// projections), interpolated between the measured sizes: a GPU-shaped
+// Options.StepCost for CPU benchmarks.
 func h100TreeStep(T int) time.Duration {
-	pts := [][2]float64{{1, 85}, {2, 89}, {4, 105}, {8, 132}, {16, 177}, {32, 287}, {64, 484}}
+	pts := [][2]float64{{1, 76}, {2, 83}, {4, 84}, {8, 87}, {16, 103}, {32, 131}, {64, 181}}
 	for i := 1; i < len(pts); i++ {
 		if float64(T) <= pts[i][0] {
 			f := (float64(T) - pts[i-1][0]) / (pts[i][0] - pts[i-1][0])
 			return time.Duration((pts[i-1][1] + f*(pts[i][1]-pts[i-1][1])) * 1e3)
 		}
 	}
-	return time.Duration((484 + 6.2*float64(T-64)) * 1e3)
+	return time.Duration((181 + 1.6*float64(T-64)) * 1e3)
 }

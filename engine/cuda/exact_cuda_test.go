@@ -47,6 +47,8 @@ func TestExactTreeMatchesPlainOnGPU(t *testing.T) {
 		// default for the shipped target's shapes since round 9) and the
 		// CUDA-core GEMVs, each pinned
 		{"mma", kernels.Tuning{GemvMMA: kernels.GemvMMAOn}, 100},
+		// round 9's block rows of 16 tokens above 8 (GemvMMATiles 2)
+		{"mma-r16", kernels.Tuning{GemvMMA: kernels.GemvMMAOn, GemvMMATiles: 2}, 100},
 		{"cudacore", kernels.Tuning{GemvMMA: kernels.GemvMMAOff}, 100}} {
 		t.Run(c.name, func(t *testing.T) { testExactTreeMatchesPlain(t, c.t, c.ctx) })
 	}
@@ -111,7 +113,7 @@ func testExactTreeMatchesPlain(t *testing.T, tu kernels.Tuning, ctx int) {
 // of 30, argmax rows only and logits back), exact steps with the default
 // projection family (the tensor-core kernels for the shipped target since
 // round 9), the CUDA-core GEMVs (GemvMMA off: the projections before round
-// 8), the tensor-core kernels (GemvMMA on; block rows of 16 or 64 tokens) and FastVerify (cuBLAS) side by side, and the device time per stage
+// 8), the tensor-core kernels (GemvMMA on; block rows of 8, 16 or 64 tokens: mma, mma-r16, mma-t4) and FastVerify (cuBLAS) side by side, and the device time per stage
 // of the eager step without PDL (stage profile, prof.go).
 func TestVerifyCostStagesOnGPU(t *testing.T) {
 	if os.Getenv("SPECGATE_PROFILE") == "" {
@@ -152,6 +154,7 @@ func TestVerifyCostStagesOnGPU(t *testing.T) {
 	for _, c := range []cfg{{"default", cuda.Options{TimeSteps: true}},
 		{"cudacore", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvMMA: kernels.GemvMMAOff}}},
 		{"mma", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvMMA: kernels.GemvMMAOn}}},
+		{"mma-r16", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvMMA: kernels.GemvMMAOn, GemvMMATiles: 2}}},
 		{"mma-t4", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvMMA: kernels.GemvMMAOn, GemvMMATiles: 4}}},
 		{"fastverify", cuda.Options{TimeSteps: true, FastVerify: true}}} {
 		m, be := load(c.opt)
@@ -193,7 +196,7 @@ func TestVerifyCostStagesOnGPU(t *testing.T) {
 			}
 			t.Logf("%-10s T=%2d%s", c.name, T, line)
 		}
-		if c.name == "fastverify" || c.name == "mma-t4" {
+		if c.name == "fastverify" || c.name == "mma-t4" || c.name == "mma-r16" {
 			s.Free()
 			continue
 		}
