@@ -4,7 +4,8 @@
 #   - installs the Node.js references (llama.cpp, OpenAI SDK, LangChain) into
 #     tools/node/node_modules when node is present (cached; scripts/node-peers.sh)
 #   - gofmt and go vet must be clean
-#   - go test -short ./... (the long acceptance runs: see README "Benchmarks and long checks")
+#   - go test -short ./... (the long acceptance runs: see README "Benchmarks and long checks"),
+#     then the SIMD packages with AVX-512 and AVX2 switched off (GODEBUG)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GOFLAGS="${GOFLAGS:-}"
@@ -17,3 +18,8 @@ fi
 go vet ./...
 go vet -tags milvus ./cmd/specgate/ # Milvus support is behind a build tag (milvus.go)
 go test -short -count=1 -timeout 20m ./...
+# the SIMD packages again as on a CPU without AVX-512 (VNNI), then without
+# AVX2/FMA either: their feature gates must pick the portable kernels and
+# give the same results (golang.org/x/sys/cpu reads these GODEBUG switches)
+GODEBUG=cpu.avx512f=off go test -short -count=1 ./vecmath/ ./cache/
+GODEBUG=cpu.avx512f=off,cpu.avx2=off,cpu.fma=off go test -short -count=1 ./vecmath/ ./engine/cpu/
