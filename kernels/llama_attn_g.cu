@@ -13,7 +13,33 @@
 // expressions, the online softmax per 1024-key chunk with a block max per
 // head, partial pid's keys pid, pid + NP, ... in order, the partials and
 // the splits combined in index order), interleaved with the other heads'.
-template <int HD, int G>
+//
+// Round 11: R7 = false (the default kernels) differs from round 7's code
+// (R7 = true, attention_g3_hd64_r7, Tuning.AttnGroupR7, kept for A/B runs)
+// in two places that leave every operation and its operands as they were:
+// a compiler barrier after each head's score, so the compiler no longer
+// hoists all G heads' query rows from shared memory into registers at once
+// (G x HD/4 float4 beside the key row's: 255 registers and ~0.5-0.8 KB of
+// spills per thread at G 3 / head dim 64 with NVRTC 11.8, 171 and none
+// with the barrier), and the G block maxima of a chunk in one pair of
+// barriers (block_max_g) instead of G pairs (a max does not depend on its
+// order).
+template <int G>
+__device__ __forceinline__ void block_max_g(float (&v)[G], float* red) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+#pragma unroll
+  for (int g = 0; g < G; g++) v[g] = warp_max(v[g]);
+  __syncthreads();
+  if (lane == 0) {
+#pragma unroll
+    for (int g = 0; g < G; g++) red[g * nw + w] = v[g];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int g = 0; g < G; g++) v[g] = warp_max(lane < nw ? red[g * nw + lane] : NEG_INF);
+}
+
+template <int HD, int G, bool R7>
 __device__ void attention_g(const float* __restrict__ qkv, float* __restrict__ out, const float* __restrict__ kc,
                             const float* __restrict__ vc, const int* __restrict__ slot_list,
                             const int* __restrict__ kvoff, const int* __restrict__ kvlen, const int* __restrict__ cached,
@@ -29,7 +55,8 @@ __device__ void attention_g(const float* __restrict__ qkv, float* __restrict__ o
   __shared__ float4 qs4[G][QPL];
   __shared__ float sc[G][CH];
   __shared__ int sl[CH];
-  __shared__ float red[32];
+  __shared__ float red[32];  // block_max_g: G x NW <= 32
+  static_assert(G * NW <= 32, "red holds G x NW warp maxima");
   __shared__ float accs[G][NP * HD];
   __shared__ float ls[G][NP];
   const int t = tokidx ? tokidx[blockIdx.x + t0] : blockIdx.x + t0, kvh = blockIdx.y, tid = threadIdx.x, sp = blockIdx.z;
@@ -119,11 +146,18 @@ __device__ void attention_g(const float* __restrict__ qkv, float* __restrict__ o
         const float s = s0 + s1;
         sc[g][j0 - c0] = s;
         mloc[g] = fmaxf(mloc[g], s);
+        if (!R7) asm volatile("" ::: "memory");
       }
     }
     float mnew[G];
+    if (R7) {
 #pragma unroll
-    for (int g = 0; g < G; g++) mnew[g] = fmaxf(mrun[g], block_max(mloc[g], red));  // barriers publish sc, sl
+      for (int g = 0; g < G; g++) mnew[g] = fmaxf(mrun[g], block_max(mloc[g], red));  // barriers publish sc, sl
+    } else {
+      block_max_g<G>(mloc, red);  // barriers publish sc, sl
+#pragma unroll
+      for (int g = 0; g < G; g++) mnew[g] = fmaxf(mrun[g], mloc[g]);
+    }
 #pragma unroll
     for (int g = 0; g < G; g++) {
       if (mnew[g] == NEG_INF) continue;
@@ -229,14 +263,17 @@ __device__ void attention_g(const float* __restrict__ qkv, float* __restrict__ o
   }
 }
 
-#define ATTNG_INST(HD, G)                                                                                    \
-  extern "C" __global__ void attention_g##G##_hd##HD(                                                         \
-      const float* qkv, float* out, const float* kc, const float* vc, const int* slot_list, const int* kvoff,  \
-      const int* kvlen, const int* cached, const int* maskoff, const u32* mask, int nh, int nkv, float scale,  \
-      int t0, int smax, int kmin, float* part, int* cnt, int pre, const int* tokidx) {                          \
-    attention_g<HD, G>(qkv, out, kc, vc, slot_list, kvoff, kvlen, cached, maskoff, mask, nh, nkv, scale, t0,  \
-                       smax, kmin, part, cnt, pre, tokidx);                                                   \
+#define ATTNG_KERNEL(NAME, HD, G, R7)                                                                        \
+  extern "C" __global__ void NAME(const float* qkv, float* out, const float* kc, const float* vc,               \
+                                  const int* slot_list, const int* kvoff, const int* kvlen, const int* cached, \
+                                  const int* maskoff, const u32* mask, int nh, int nkv, float scale, int t0,  \
+                                  int smax, int kmin, float* part, int* cnt, int pre, const int* tokidx) {     \
+    attention_g<HD, G, R7>(qkv, out, kc, vc, slot_list, kvoff, kvlen, cached, maskoff, mask, nh, nkv, scale,  \
+                           t0, smax, kmin, part, cnt, pre, tokidx);                                           \
   }
+#define ATTNG_INST(HD, G) ATTNG_KERNEL(attention_g##G##_hd##HD, HD, G, false)
+// Round 7's code for the shipped target's shape (Tuning.AttnGroupR7).
+ATTNG_KERNEL(attention_g3_hd64_r7, 64, 3, true)
 ATTNG_INST(64, 2)
 ATTNG_INST(64, 3)
 ATTNG_INST(64, 4)

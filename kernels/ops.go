@@ -394,7 +394,7 @@ func (c *Ctx) Attention(qkv, out, kc, vc DevicePtr, m AttnMeta, T, nh, nkv, hd i
 	}
 	name, heads := fmt.Sprintf("attention_hd%d", hd), nh
 	if g := c.attnGroup(T, nh, nkv, hd); g > 1 { // all query heads of a KV head per block (ops_attn_g.go): same bits
-		name, heads = fmt.Sprintf("attention_g%d_hd%d", g, hd), nkv
+		name, heads = c.attnGroupName(g, hd), nkv
 	}
 	for t0 := 0; t0 < T; t0 += tc {
 		n := min(tc, T-t0)

@@ -75,6 +75,10 @@ type Tuning struct {
 	// all query heads of a KV head in one block (ops_attn_g.go; same bits);
 	// 0: those whose tokens x heads exceed the SMs; -1: never.
 	AttnGroupMin int
+	// AttnGroupR7 runs round 7's grouped attention kernel where the grouped
+	// kernel runs for head dim 64 and G 3 (the shipped target), for A/B
+	// runs against round 11's (llama_attn_g.cu; same bits).
+	AttnGroupR7 bool
 	// NoAttnPreload: attention waits for the QKV kernel before reading
 	// its metadata and cached keys (see Ctx.Attention).
 	NoAttnPreload bool

@@ -152,6 +152,7 @@ func TestVerifyCostStagesOnGPU(t *testing.T) {
 	}
 	var base float64
 	for _, c := range []cfg{{"default", cuda.Options{TimeSteps: true}},
+		{"attn-r7", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{AttnGroupR7: true}}}, // round 7's grouped attention kernel
 		{"cudacore", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvMMA: kernels.GemvMMAOff}}},
 		{"mma", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvMMA: kernels.GemvMMAOn}}},
 		{"mma-r16", cuda.Options{TimeSteps: true, Tuning: kernels.Tuning{GemvMMA: kernels.GemvMMAOn, GemvMMATiles: 2}}},
