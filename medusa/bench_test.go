@@ -99,12 +99,12 @@ func BenchmarkDecodeBatch1(b *testing.B) {
 		opts engine.Options
 	}
 	modes := []mode{{"plain", engine.Options{}}}
-	for _, n := range []int{1, 2, 4} {
-		p, err := New(target, Spec{Heads: shippedHeads, Tree: fmt.Sprint(n), VocabLimit: 2048})
+	for _, tree := range []string{"1", "[[0],[1]]", "2", "4"} {
+		p, err := New(target, Spec{Heads: shippedHeads, Tree: tree, VocabLimit: 2048})
 		if err != nil {
 			b.Fatal(err)
 		}
-		name := fmt.Sprintf("n=%d", n)
+		name := "n=" + tree
 		if p.DeviceHeads(target.Backend()) > 0 {
 			name += "/in-forward"
 		}
@@ -117,7 +117,7 @@ func BenchmarkDecodeBatch1(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		modes = append(modes, mode{fmt.Sprintf("n=%d/host", n), engine.Options{Proposers: []engine.Proposer{host}, FixedDraft: true}})
+		modes = append(modes, mode{"n=" + tree + "/host", engine.Options{Proposers: []engine.Proposer{host}, FixedDraft: true}})
 	}
 	for _, m := range modes {
 		opts := m.opts
