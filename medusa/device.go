@@ -3,6 +3,7 @@ package medusa
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/specgate/specgate/engine"
 )
@@ -77,7 +78,14 @@ func (p *Proposer) attachCPU(cb *engine.CPUBackend) {
 	hc := *p.heads
 	hc.threads = 1 // it runs on a pool worker: no fan-out from there
 	c := &cpuRowHeads{h: &hc, depth: 1, topk: p.tree.TopK, k: p.tree.TopK[0]}
-	id, err := cb.AddRowHeads(c)
+	// The backend keeps a registration for its lifetime (and with it these
+	// heads' weights): proposers over the same heads and candidates reuse
+	// one (the CUDA backend's LoadHeads keys its sets the same way), so a
+	// process that builds a proposer per engine or per benchmark run holds
+	// one per distinct set of heads. The registration's Top writes depth 1,
+	// TopK[0] candidates of head 0 over the heads' rows.
+	key := fmt.Sprintf("medusa|%s|rows=%d|shared=%v|heads=%d|depth=%d|k=%d", filepath.Clean(hc.Dir), hc.Rows(), hc.Shared, hc.NumHeads, c.depth, c.k)
+	id, err := cb.AddRowHeadsKey(key, c)
 	if err != nil {
 		p.dev = deviceHeads{err: err}
 		return

@@ -39,10 +39,15 @@ type RowHeads interface {
 	Top(hidden []float32, rows int, top []int32)
 }
 
-// headsReg holds the heads registered on a backend (ids 1..len).
+// headsReg holds the heads registered on a backend (ids 1..len). A
+// registration lives as long as the backend; keys (AddRowHeadsKey,
+// LoadHeads' DraftHeads.Key and TopK) map heads already registered to
+// their id, so that a process building many proposers over the same heads
+// on one backend holds one registration, not one per proposer.
 type headsReg struct {
 	mu   sync.Mutex
 	list []RowHeads
+	keys map[string]int
 	// the worker's record (Forward only, not concurrent): waitEWMA is the
 	// moving average of the µs the forward's goroutine spent on the heads
 	// after its LM head (waiting for the worker, or running them itself
@@ -62,14 +67,36 @@ func (r *headsReg) get(id int) RowHeads {
 }
 
 // AddRowHeads registers h; its id (>= 1) goes into ForwardRequest.Heads.
+// Every call adds a registration that lives as long as the backend: callers
+// that may register the same heads again use AddRowHeadsKey.
 func (b *CPUBackend) AddRowHeads(h RowHeads) (int, error) {
+	return b.AddRowHeadsKey("", h)
+}
+
+// AddRowHeadsKey is AddRowHeads for heads identified by key (non-empty: the
+// same key must mean heads whose Top writes the same candidates): when key
+// is registered already it returns that registration's id and h is not
+// kept. One registration may then serve several proposers; Forward calls
+// are serialized, so its Top is still never called concurrently.
+func (b *CPUBackend) AddRowHeadsKey(key string, h RowHeads) (int, error) {
 	if h == nil || h.Width() < 1 {
 		return 0, fmt.Errorf("engine: CPU backend: row heads of width %d: %w", widthOf(h), model.ErrBadConfig)
 	}
-	b.heads.mu.Lock()
-	defer b.heads.mu.Unlock()
-	b.heads.list = append(b.heads.list, h)
-	return len(b.heads.list), nil
+	r := &b.heads
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if id, ok := r.keys[key]; ok && key != "" {
+		return id, nil
+	}
+	r.list = append(r.list, h)
+	id := len(r.list)
+	if key != "" {
+		if r.keys == nil {
+			r.keys = map[string]int{}
+		}
+		r.keys[key] = id
+	}
+	return id, nil
 }
 
 func widthOf(h RowHeads) int {
@@ -93,10 +120,21 @@ func (b *CPUBackend) HeadsWidth(id int) int {
 // the projection run as float32 matrices on this backend's kernels, the
 // projection being the target's LM head when d.Proj is nil. Proposers that
 // hold their heads as CPU matrices already (int8, Medusa) register them
-// with AddRowHeads instead.
+// with AddRowHeadsKey instead. The same non-empty Key and TopK load once
+// (the contract, as on CUDA).
 func (b *CPUBackend) LoadHeads(d *backend.DraftHeads) (int, error) {
 	if err := d.Validate(b.cfg.HiddenSize, b.cfg.VocabSize); err != nil {
 		return 0, err
+	}
+	key := ""
+	if d.Key != "" {
+		key = fmt.Sprintf("draft|%s|k=%d", d.Key, d.TopK)
+		b.heads.mu.Lock()
+		id, ok := b.heads.keys[key]
+		b.heads.mu.Unlock()
+		if ok {
+			return id, nil
+		}
 	}
 	H := d.Hidden
 	g := &draftRowHeads{n: d.NumHeads, k: d.TopK, hidden: H, rows: d.Rows(b.cfg.VocabSize), ids: d.IDs}
@@ -116,7 +154,7 @@ func (b *CPUBackend) LoadHeads(d *backend.DraftHeads) (int, error) {
 			g.proj = append(g.proj, NewMat(d.Proj[h], g.rows, H))
 		}
 	}
-	return b.AddRowHeads(g)
+	return b.AddRowHeadsKey(key, g)
 }
 
 var _ backend.HeadsBackend = (*CPUBackend)(nil)

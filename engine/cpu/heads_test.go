@@ -235,3 +235,55 @@ func TestLoadHeadsMatchesReference(t *testing.T) {
 		}
 	}
 }
+
+// TestHeadsRegistrationKeyed: registrations live as long as the backend,
+// so heads registered again under the same key (AddRowHeadsKey) or the same
+// DraftHeads Key and TopK (LoadHeads, the backend.HeadsBackend contract)
+// get the first registration's id and add none; another key or top-k gets
+// a registration of its own; AddRowHeads (no key) always adds one. Ids are
+// dense, so the id a new registration gets is the backend's count.
+func TestHeadsRegistrationKeyed(t *testing.T) {
+	cfg := testConfigs()["gqa"]
+	be, err := NewCPUBackend(cfg, RandomWeights(cfg, 6), 64, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	H := cfg.HiddenSize
+	a, err := be.AddRowHeadsKey("a", &recordHeads{w: 2})
+	if err != nil || a != 1 {
+		t.Fatalf("first AddRowHeadsKey: id %d, %v", a, err)
+	}
+	for range 10 {
+		if id, err := be.AddRowHeadsKey("a", &recordHeads{w: 2}); err != nil || id != a {
+			t.Fatalf("AddRowHeadsKey a again: id %d, %v; want %d", id, err, a)
+		}
+	}
+	draft := func(k int) *backend.DraftHeads {
+		w := make([]float32, H*H)
+		b := make([]float32, H)
+		return &backend.DraftHeads{Key: "d", NumHeads: 1, Layers: 1, Hidden: H, TopK: k, W: [][][]float32{{w}}, B: [][][]float32{{b}}}
+	}
+	d4, err := be.LoadHeads(draft(4))
+	if err != nil || d4 != 2 {
+		t.Fatalf("LoadHeads k=4: id %d, %v; want 2", d4, err)
+	}
+	for range 10 {
+		if id, err := be.LoadHeads(draft(4)); err != nil || id != d4 {
+			t.Fatalf("LoadHeads k=4 again: id %d, %v; want %d", id, err, d4)
+		}
+	}
+	if id, err := be.LoadHeads(draft(2)); err != nil || id != 3 || be.HeadsWidth(id) != 2 {
+		t.Fatalf("LoadHeads k=2: id %d (width %d), %v; want 3 (width 2)", id, be.HeadsWidth(id), err)
+	}
+	if id, err := be.AddRowHeadsKey("b", &recordHeads{w: 3}); err != nil || id != 4 {
+		t.Fatalf("AddRowHeadsKey b: id %d, %v; want 4", id, err)
+	}
+	for want := 5; want < 7; want++ {
+		if id, err := be.AddRowHeads(&recordHeads{w: 2}); err != nil || id != want {
+			t.Fatalf("AddRowHeads: id %d, %v; want %d", id, err, want)
+		}
+	}
+	if be.HeadsWidth(a) != 2 || be.HeadsWidth(d4) != 4 {
+		t.Fatalf("widths %d, %d: want 2, 4", be.HeadsWidth(a), be.HeadsWidth(d4))
+	}
+}
