@@ -728,13 +728,21 @@ func (e *Engine) fits(r *request) error {
 func (e *Engine) watermark() int { return max(1, e.m.kv.NumBlocks()/50) }
 
 // admitWaiting moves waiting requests, in order, to running while their KV
-// demand fits (always the first one when nothing runs).
+// demand fits (always the first one when nothing runs). A request that no
+// step may serve yet (preempted while its caller is maxAhead outputs behind,
+// or about to stop) is skipped, not waited for: it keeps its place at the
+// front, so it is admitted before the requests after it once its caller
+// catches up. A request that can be served but does not fit stops
+// admission (first come, first served).
 func (e *Engine) admitWaiting(running, waiting []*request) ([]*request, []*request) {
 	kv := e.m.kv
-	for len(waiting) > 0 {
-		r := waiting[0]
+	kept := waiting[:0]
+	i := 0
+	for ; i < len(waiting); i++ {
+		r := waiting[i]
 		if !r.canServe() {
-			break // its caller is behind, or stops
+			kept = append(kept, r) // its caller is behind, or stops
+			continue
 		}
 		need := kv.BlocksFor(len(r.context()) + 1)
 		if len(running) > 0 && kv.AvailableBlocks() < need+e.watermark() {
@@ -742,9 +750,10 @@ func (e *Engine) admitWaiting(running, waiting []*request) ([]*request, []*reque
 		}
 		e.admit(r)
 		running = append(running, r)
-		waiting = waiting[1:]
 	}
-	return running, waiting
+	kept = append(kept, waiting[i:]...)
+	clear(waiting[len(kept):])
+	return running, kept
 }
 
 // admit gives a request its sequence (reusing cached prefix blocks).
