@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -58,9 +59,6 @@ type Options struct {
 	// heads on the backend). The engine keeps one cost curve per class
 	// (stepClasses); StepCost prices every class alike.
 	StepClassCost func(tokens int, tree, heads bool) time.Duration
-	// AckWait is how long a step waits for requests still handing their last
-	// token to their caller, so that they join the batch; 0 = 2ms.
-	AckWait time.Duration
 	// DecodeSteps > 1 lets a lone greedy request (temperature 0, no
 	// penalties, SkipLogprobs, no speculation, no other request active)
 	// decode up to that many tokens per scheduler step through the
@@ -87,7 +85,7 @@ type Engine struct {
 	// counters for Stats (written by the scheduler)
 	active, waiting, steps, generated, preempted                atomic.Int64
 	forwards, specSteps, specProposed, specAccepted, specBudget atomic.Int64
-	proposeErrors                                               atomic.Int64
+	proposeErrors, satOut                                       atomic.Int64
 	acceptedAt                                                  [statDepths]atomic.Int64
 	// nanoseconds of host time: steps, their Propose phase (budget and
 	// proposer calls), their backend forwards
@@ -146,6 +144,9 @@ type Stats struct {
 	// ProposeErrors counts requests whose proposer failed or returned an
 	// invalid tree in a step (the request then decoded plainly).
 	ProposeErrors int64
+	// SatOut counts, over all steps, running requests a step did not serve
+	// because their callers were maxAhead outputs behind (slow readers).
+	SatOut int64
 	// StepTime is the wall time of the scheduler's steps (building the
 	// batch, proposing, the forward, sampling and verification; not the
 	// waits between steps); ProposeTime the part spent deciding draft
@@ -163,7 +164,7 @@ func (e *Engine) Stats() Stats {
 	kv := e.m.kv
 	lookups, hits := kv.PrefixCacheStats()
 	st := Stats{Active: int(e.active.Load()), Waiting: int(e.waiting.Load()), Steps: e.steps.Load(), TokensGenerated: e.generated.Load(),
-		Preemptions: e.preempted.Load(), KVBlocksUsed: kv.UsedBlocks(), KVBlocksTotal: kv.NumBlocks(),
+		Preemptions: e.preempted.Load(), SatOut: e.satOut.Load(), KVBlocksUsed: kv.UsedBlocks(), KVBlocksTotal: kv.NumBlocks(),
 		PrefixBlocks: kv.CachedBlocks(), PrefixLookups: lookups, PrefixHits: hits,
 		Forwards: e.forwards.Load(), SpecSteps: e.specSteps.Load(), SpecProposed: e.specProposed.Load(),
 		SpecAccepted: e.specAccepted.Load(), SpecBudgetUsed: e.specBudget.Load(),
@@ -185,9 +186,6 @@ func New(m *Model, opts Options) *Engine {
 	}
 	if opts.PrefillChunk <= 0 {
 		opts.PrefillChunk = 512
-	}
-	if opts.AckWait <= 0 {
-		opts.AckWait = 2 * time.Millisecond
 	}
 	opts.DecodeSteps = min(opts.DecodeSteps, MaxDecodeSteps)
 	if opts.SpecBudget <= 0 {
@@ -594,9 +592,13 @@ func (e *Engine) loop() {
 			}
 			continue
 		}
-		// gather what arrived; give callers maxAhead outputs behind a moment
-		// to catch up and join.
-		var deadline *time.Timer
+		// gather what arrived, without waiting: a request whose caller is
+		// maxAhead outputs behind sits out this step (it keeps its KV) and
+		// joins a later one once its caller catches up, so a slow caller
+		// never delays the other requests' steps. When one is behind, the
+		// scheduler yields its thread once so that callers ready to run can
+		// acknowledge first (no wait: it does not block on any caller).
+		yielded := false
 	gather:
 		for {
 			select {
@@ -607,23 +609,11 @@ func (e *Engine) loop() {
 				return
 			default:
 			}
-			if !behind(running) {
-				break
-			}
-			if deadline == nil {
-				deadline = time.NewTimer(e.opts.AckWait)
-			}
-			select {
-			case ev := <-e.events:
-				handle(ev)
-			case <-deadline.C:
+			if yielded || behind(running) == 0 {
 				break gather
-			case <-e.quit:
-				return
 			}
-		}
-		if deadline != nil {
-			deadline.Stop()
+			runtime.Gosched()
+			yielded = true
 		}
 		running, waiting = e.admitWaiting(running, waiting)
 		count()
@@ -653,6 +643,7 @@ func (e *Engine) loop() {
 			waiting = slices.Insert(waiting, at, r)
 		}
 		count()
+		e.satOut.Add(int64(behind(running)))
 		e.step(ready, len(running))
 	}
 }
@@ -670,15 +661,16 @@ const maxAhead = 2
 // caller not maxAhead outputs behind and not about to stop).
 func (r *request) canServe() bool { return !r.finished && !r.ended && r.pending < maxAhead }
 
-// behind reports whether a running request waits only for its caller to
+// behind counts the running requests that wait only for their callers to
 // catch up.
-func behind(running []*request) bool {
+func behind(running []*request) int {
+	n := 0
 	for _, r := range running {
 		if !r.finished && !r.ended && r.pending >= maxAhead {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 func (e *Engine) readyList(running []*request) []*request {

@@ -192,7 +192,7 @@ func TestOneForwardPerStep(t *testing.T) {
 			target, cb := countingModel(t, cfg, 31, 8192)
 			draft := NewRandomModel(cfg, 31, LoadOptions{KVTokens: 8192, BlockSize: 4, Threads: 2, DisablePrefixCache: true})
 			p := newModelChain(draft, false)
-			e := New(target, Options{Proposers: []Proposer{p}, SpecBudget: 64, MaxDraft: 4, FixedDraft: true, AckWait: 500 * time.Millisecond})
+			e := New(target, Options{Proposers: []Proposer{p}, SpecBudget: 64, MaxDraft: 4, FixedDraft: true})
 			defer e.Close()
 			// warm-up: the engine times a few forwards before its first budget.
 			if _, _, err := collect(e, context.Background(), GenerateRequest{Prompt: []int32{1, 2}, MaxTokens: 3}); err != nil {

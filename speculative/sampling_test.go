@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/internal/stattest"
@@ -76,7 +75,7 @@ func specSamples(t *testing.T, d *Draft, target *engine.Model, prompt []int32, s
 	t.Helper()
 	V := target.Config.VocabSize
 	c1, c3 = make([]int, V), make([]int, V)
-	e := engine.New(target, d.EngineOptions(engine.Options{AckWait: time.Millisecond}))
+	e := engine.New(target, d.EngineOptions(engine.Options{}))
 	defer e.Close()
 	var mu sync.Mutex
 	var accepted, steps int
