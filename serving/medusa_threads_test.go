@@ -1,12 +1,9 @@
 package serving
 
 import (
-	"bytes"
 	"io"
 	"log/slog"
 	"testing"
-
-	"gopkg.in/yaml.v3"
 
 	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/medusa"
@@ -26,16 +23,7 @@ func TestMedusaHeadsGetCPUThreads(t *testing.T) {
 	} {
 		y := "name: m\npath: ../models/specgate-target\nbackend: cpu\nkv_blocks: 16\n" +
 			"speculative: {method: medusa, heads: ../models/specgate-target-medusa}\n" + c.cpu
-		var mc ModelConfig
-		dec := yaml.NewDecoder(bytes.NewReader([]byte(y)))
-		dec.KnownFields(true)
-		if err := dec.Decode(&mc); err != nil {
-			t.Fatalf("%q: %v", y, err)
-		}
-		mc.ApplyDefaults()
-		if err := mc.Validate("models[0]"); err != nil {
-			t.Fatalf("%q: %v", y, err)
-		}
+		mc := validModelConfig(t, y)
 		var heads []*medusa.Heads
 		m, err := Load(mc, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), EngineOptions: func(eo *engine.Options) {
 			for _, p := range eo.Proposers {

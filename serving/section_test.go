@@ -43,16 +43,7 @@ func TestAdaptiveIsTheDefault(t *testing.T) {
 		{"name: m\npath: t\nspeculative: {method: medusa, heads: h, adaptive: false}\n", "medusa fixed", true},
 		{"name: m\npath: t\n", "none", false},
 	} {
-		var mc ModelConfig
-		dec := yaml.NewDecoder(bytes.NewReader([]byte(c.yaml)))
-		dec.KnownFields(true)
-		if err := dec.Decode(&mc); err != nil {
-			t.Fatalf("%q: %v", c.yaml, err)
-		}
-		mc.ApplyDefaults()
-		if err := mc.Validate("models[0]"); err != nil {
-			t.Fatalf("%q: %v", c.yaml, err)
-		}
+		mc := validModelConfig(t, c.yaml)
 		if got := mc.Speculative.Mode(); got != c.mode {
 			t.Errorf("%q: mode %q, want %q", c.yaml, got, c.mode)
 		}
@@ -91,16 +82,7 @@ func TestCPUSection(t *testing.T) {
 		{"name: m\npath: ../models/specgate-target\nbackend: cpu\nkv_blocks: 16\n",
 			engine.CPUOptions{Threads: runtime.GOMAXPROCS(0), MinParallelMACs: cpu.DefaultMinParallelMACs}},
 	} {
-		var mc ModelConfig
-		dec := yaml.NewDecoder(bytes.NewReader([]byte(c.yaml)))
-		dec.KnownFields(true)
-		if err := dec.Decode(&mc); err != nil {
-			t.Fatalf("%q: %v", c.yaml, err)
-		}
-		mc.ApplyDefaults()
-		if err := mc.Validate("models[0]"); err != nil {
-			t.Fatalf("%q: %v", c.yaml, err)
-		}
+		mc := validModelConfig(t, c.yaml)
 		m, err := Load(mc, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatalf("%q: %v", c.yaml, err)
@@ -125,4 +107,22 @@ func TestCPUSection(t *testing.T) {
 			t.Errorf("%q: err %v, want one naming models[0].cpu.*", bad, err)
 		}
 	}
+}
+
+// validModelConfig decodes one model's YAML strictly (unknown keys fail),
+// applies the defaults and validates it as models[0], failing the test on
+// any error.
+func validModelConfig(t *testing.T, src string) ModelConfig {
+	t.Helper()
+	var mc ModelConfig
+	dec := yaml.NewDecoder(bytes.NewReader([]byte(src)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&mc); err != nil {
+		t.Fatalf("%q: %v", src, err)
+	}
+	mc.ApplyDefaults()
+	if err := mc.Validate("models[0]"); err != nil {
+		t.Fatalf("%q: %v", src, err)
+	}
+	return mc
 }
