@@ -100,10 +100,13 @@ const (
 	FinishCancelled FinishReason = "cancelled"
 )
 
-// SpecStats reports what speculation did for one request.
+// SpecStats reports what speculation did for one request, counting what
+// the caller took (engine/specstats.go): a verified step counts when the
+// caller took a token of its output, its accepted draft tokens only up to
+// the last token taken.
 type SpecStats struct {
-	Steps    int // target forward passes in decode
-	Proposed int // draft tokens proposed
+	Steps    int // verified draft steps (target forwards with a tree)
+	Proposed int // draft tokens proposed (verified)
 	Accepted int // draft tokens accepted
 	// BySource splits Proposed and Accepted by draft source (Proposal.Source).
 	BySource map[string]SourceStats

@@ -137,8 +137,10 @@ type Stats struct {
 	PrefixHits      uint64 // of which found
 	// Speculation: backend forwards of the target (one per step that
 	// forwards anything), steps that verified draft trees, draft nodes
-	// proposed (verified) and accepted, the verification budget spent
-	// (nodes), and accepted nodes per depth (AcceptedAt[d-1]: depth d).
+	// proposed (verified) and accepted as the requests' SpecStats count
+	// them (what their callers took: specstats.go), the verification
+	// budget spent (nodes of the trees verified), and accepted nodes per
+	// depth (AcceptedAt[d-1]: depth d; counted as SpecAccepted).
 	Forwards, SpecSteps, SpecProposed, SpecAccepted, SpecBudgetUsed int64
 	AcceptedAt                                                      [statDepths]int64
 	// ProposeErrors counts requests whose proposer failed or returned an
@@ -564,6 +566,9 @@ func (e *Engine) loop() {
 			waiting = append(waiting, r)
 		case evContinue:
 			r.pending--
+			if r.spec != nil {
+				r.spec.count(r, e, -1) // the caller took the whole output
+			}
 		case evStop:
 			running = remove(running, r)
 			waiting = remove(waiting, r)
@@ -774,6 +779,7 @@ func (e *Engine) release(r *request) {
 	var prompt []int32
 	if r.spec != nil {
 		prompt = slices.Clone(r.req.Prompt) // the caller owns req once Generate returns
+		r.spec.countKept(r, e)              // before Generate reads r.stats
 	}
 	// the caller's Generate returns now: what the proposers learn from the
 	// request (a tenant's answer indexed for suffix drafting: ~40 µs on
@@ -811,6 +817,9 @@ func (e *Engine) handOut(r *request, so stepOut) {
 		}
 	}
 	r.pending++
+	if r.spec != nil {
+		r.spec.handed(r, e)
+	}
 	r.out <- so
 }
 
@@ -1191,6 +1200,7 @@ func (e *Engine) verify(r *request, t *Proposal, it BatchItem) {
 	r.generated = append(r.generated, toks...)
 	e.generated.Add(int64(len(toks)))
 	e.specSteps.Add(1)
+	e.specBudget.Add(int64(t.Len())) // here, not when granted: a full KV pool drops a step's trees (step)
 	sp.record(r, t, vd, e)
 	so := stepOut{toks: toks}
 	r.addLogprobs(&so, rows)

@@ -46,10 +46,16 @@ type specState struct {
 	// record's scratch (reused every verified step)
 	scrOn, scrTried, scrAcc []bool
 	scrDepth                []int
-	scrSrc                  []srcTally
+	// outs: the speculative part of the outputs handed to the caller and
+	// not yet counted (specstats.go), oldest first from outHead; staged:
+	// the next one was recorded, not yet handed out.
+	outs          [maxAhead]specOut
+	outHead, outN int
+	staged        bool
 }
 
-// srcTally is one draft source's nodes proposed and accepted in a step.
+// srcTally is one draft source's nodes proposed (p) and, of those the
+// caller took, accepted (a) in a step.
 type srcTally struct {
 	src  string
 	p, a int
@@ -723,7 +729,6 @@ func (e *Engine) propose(reqs []*request, baseT, emit, active int) map[*request]
 			sp.declined = true
 			continue
 		}
-		e.specBudget.Add(int64(t.Len()))
 		trees[r] = t
 	}
 	e.noteTrees(len(trees))
@@ -981,67 +986,44 @@ func mergeProposals(cs []contrib, greedy bool, scr *mergeScratch) (out *Proposal
 	return out, from
 }
 
-// record updates a request's statistics and acceptance estimates after a
-// verified step.
+// record notes a verified step: the request's statistics (staged for the
+// output this step hands the caller: specstats.go counts them once the
+// caller takes it) and its proposers' acceptance estimates (at once: they
+// are the verifier's, whatever the caller keeps).
 func (sp *specState) record(r *request, t *Proposal, vd verdict, e *Engine) {
-	st := &r.stats
-	st.Steps++
-	st.Proposed += t.Len()
-	st.Accepted += len(vd.path)
-	if vd.approx {
-		st.Exact = false
-	}
-	if st.BySource == nil {
-		st.BySource = map[string]SourceStats{}
-	}
 	n := t.Len()
 	onPath := growTo(&sp.scrOn, n)
 	for _, i := range vd.path {
 		onPath[i] = true
 	}
+	o := sp.stage(r, e)
+	o.tree, o.approx, o.proposed = true, vd.approx, n
+	o.start = len(r.generated) - len(vd.path) - 1 // verify appended the path and the bonus
+	o.path = o.path[:0]
 	if t.Sources == nil {
-		s := st.BySource[t.Source]
-		s.Proposed += n
-		s.Accepted += len(vd.path)
-		st.BySource[t.Source] = s
+		o.srcs = append(o.srcs[:0], srcTally{src: t.Source, p: n})
+		for range vd.path {
+			o.path = append(o.path, t.Source)
+		}
 	} else {
-		// tallied per distinct source first (a handful), then one map
-		// update per source instead of one per node
-		tally := sp.scrSrc[:0]
+		// tallied per distinct source (a handful), then one map update per
+		// source when counted instead of one per node
+		tally := o.srcs[:0]
 	nodes:
-		for i, src := range t.Sources {
-			a := 0
-			if onPath[i] {
-				a = 1
-			}
+		for _, src := range t.Sources {
 			for j := range tally {
 				if tally[j].src == src {
 					tally[j].p++
-					tally[j].a += a
 					continue nodes
 				}
 			}
-			tally = append(tally, srcTally{src, 1, a})
+			tally = append(tally, srcTally{src: src, p: 1})
 		}
-		for _, x := range tally {
-			s := st.BySource[x.src]
-			s.Proposed += x.p
-			s.Accepted += x.a
-			st.BySource[x.src] = s
-		}
-		sp.scrSrc = tally
-	}
-	for d := range vd.path {
-		if d >= len(st.AcceptedAt) {
-			st.AcceptedAt = append(st.AcceptedAt, make([]int, d+1-len(st.AcceptedAt))...)
-		}
-		st.AcceptedAt[d]++
-		if d < statDepths {
-			e.acceptedAt[d].Add(1)
+		o.srcs = tally
+		for _, i := range vd.path {
+			o.path = append(o.path, t.Sources[i])
 		}
 	}
-	e.specProposed.Add(int64(t.Len()))
-	e.specAccepted.Add(int64(len(vd.path)))
 	// per-proposer estimates: a node's depth is tried when its parent was
 	// accepted (or is the root); accepted when it is on the path.
 	depth := growTo(&sp.scrDepth, n)
