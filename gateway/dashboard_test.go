@@ -257,11 +257,14 @@ func TestDashboardChromium(t *testing.T) {
 			t.Errorf("chart %s has no time axis labels", id)
 		}
 	}
-	for _, id := range []string{"t-req", "t-hit", "t-saved", "t-gen", "t-tps"} {
+	for _, id := range []string{"t-req", "t-hit", "t-saved", "t-gen", "t-tps", "t-satout"} {
 		m := regexp.MustCompile(`id="` + id + `">([^<]*)<`).FindStringSubmatch(dom)
 		if m == nil || m[1] == "–" || m[1] == "" {
 			t.Errorf("tile %s shows %v", id, m)
 		}
+	}
+	if !regexp.MustCompile(`id="l-run">.*sat out per step [0-9]`).MatchString(dom) {
+		t.Error("the engine chart's legend has no number of requests sat out per step")
 	}
 	if !regexp.MustCompile(`<tbody><tr><td>[a-z_]+</td>`).MatchString(dom) {
 		t.Error("speculation table has no source row")

@@ -31,6 +31,9 @@ var (
 		"Requests waiting for KV memory (not yet admitted, or preempted).", []string{"model"}, nil)
 	engPreemptDesc = prometheus.NewDesc("specgate_engine_preemptions_total",
 		"Running requests whose KV was given back under memory pressure (recomputed later).", []string{"model"}, nil)
+	engSatOutDesc = prometheus.NewDesc("specgate_engine_sat_out_total",
+		"Running requests a scheduler step did not serve because their caller had not yet taken its last two outputs (a slow reader), "+
+			"summed over steps; they keep their KV and join a later step. Over specgate_engine_steps_total: requests sat out per step.", []string{"model"}, nil)
 	specTreesDesc = prometheus.NewDesc("specgate_spec_verified_trees_total",
 		"Draft trees verified inside the engine's batched forwards.", []string{"model"}, nil)
 	specBudgetDesc = prometheus.NewDesc("specgate_spec_budget_tokens_total",
@@ -42,7 +45,7 @@ var (
 )
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{engStepsDesc, engForwardsDesc, engRunningDesc, engWaitingDesc, engPreemptDesc,
+	for _, d := range []*prometheus.Desc{engStepsDesc, engForwardsDesc, engRunningDesc, engWaitingDesc, engPreemptDesc, engSatOutDesc,
 		specTreesDesc, specBudgetDesc, specDepthDesc, specErrDesc} {
 		ch <- d
 	}
@@ -62,6 +65,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(engStepsDesc, st.Steps)
 		counter(engForwardsDesc, st.Forwards)
 		counter(engPreemptDesc, st.Preemptions)
+		counter(engSatOutDesc, st.SatOut)
 		counter(specTreesDesc, st.SpecSteps)
 		counter(specBudgetDesc, st.SpecBudgetUsed)
 		counter(specErrDesc, st.ProposeErrors)

@@ -36,6 +36,7 @@ type histSample struct {
 	genTokens, savedTokens, savedSec float64
 	cachedPrompt                     float64
 	running, waiting                 float64
+	engSteps, satOut                 float64 // engine steps and requests sat out in them (cumulative)
 	e2e, ttft, itl                   hist
 	spec                             map[string][2]float64 // source -> proposed, accepted
 	specSteps, specTokensPerStep     float64
@@ -183,6 +184,10 @@ func (s *Server) sample() histSample {
 				x.running += v
 			case "specgate_engine_requests_waiting":
 				x.waiting += v
+			case "specgate_engine_steps_total":
+				x.engSteps += v
+			case "specgate_engine_sat_out_total":
+				x.satOut += v
 			case "specgate_e2e_request_latency_seconds":
 				x.e2e.add(m.GetHistogram())
 			case "specgate_time_to_first_token_seconds":
@@ -243,6 +248,7 @@ type HistoryPoint struct {
 	ITLP50       *float64           `json:"itl_p50"`
 	Running      float64            `json:"running"`
 	Waiting      float64            `json:"waiting"`
+	SatOut       *float64           `json:"sat_out"`         // requests a step left out as their caller was behind, per engine step; null without steps
 	SpecAccept   map[string]float64 `json:"spec_acceptance"` // per draft source: accepted / proposed in the interval
 	SpecProposed map[string]float64 `json:"spec_proposed"`   // per draft source: proposed in the interval
 }
@@ -264,6 +270,9 @@ type HistoryTotals struct {
 	// source (spec_saved.go); SpecSavedSeconds is their sum.
 	SpecSaved        map[string]float64 `json:"spec_saved_seconds_by_source"`
 	SpecSavedSeconds float64            `json:"spec_saved_seconds"`
+	// SatOut: requests steps did not serve because their callers were
+	// behind, summed over the engines' steps (specgate_engine_sat_out_total).
+	SatOut float64 `json:"sat_out"`
 }
 
 // History is GET /stats/history.
@@ -302,6 +311,9 @@ func (h *history) build(window time.Duration, now histSample) History {
 		if dr := b.requests - a.requests; dr > 0 {
 			p.HitRate = finite(math.Min(1, (b.hits-a.hits)/dr))
 		}
+		if ds := b.engSteps - a.engSteps; ds > 0 {
+			p.SatOut = finite((b.satOut - a.satOut) / ds)
+		}
 		// quantiles over the minute before b
 		q := i - 1
 		for q > 0 && b.t-ss[q].t < quantileWindow.Seconds() {
@@ -322,7 +334,7 @@ func (h *history) build(window time.Duration, now histSample) History {
 	}
 	t := HistoryTotals{Requests: now.requests, Hits: now.hits, GeneratedTokens: now.genTokens, SavedTokens: now.savedTokens,
 		SavedSeconds: now.savedSec, CachedPrompt: now.cachedPrompt, SpecTokensPerStep: now.specTokensPerStep, SpecSpeedup: now.specSpeedup,
-		SpecBySource: map[string]float64{}, SpecProposed: map[string]float64{}, SpecSaved: map[string]float64{}}
+		SpecBySource: map[string]float64{}, SpecProposed: map[string]float64{}, SpecSaved: map[string]float64{}, SatOut: now.satOut}
 	for src, v := range now.specSaved {
 		t.SpecSaved[src] = v
 		t.SpecSavedSeconds += v
