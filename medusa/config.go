@@ -114,6 +114,9 @@ func Check(s Spec, hidden, vocab int) error {
 	if vocab == 0 {
 		vocab = cfg.VocabSize
 	}
+	if cfg.Hydra {
+		return checkHydra(s, cfg, hidden, vocab) // hydra.go
+	}
 	wPath := filepath.Join(s.Heads, WeightsFile)
 	if _, err := os.Stat(wPath); errors.Is(err, os.ErrNotExist) {
 		if _, perr := os.Stat(filepath.Join(s.Heads, PickleFile)); perr == nil {

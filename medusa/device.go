@@ -26,7 +26,15 @@ type deviceHeads struct {
 // them (engine.HeadsBackend); otherwise, or when the backend refuses them
 // (DeviceError says why), the heads keep running on the host from the
 // hidden rows. New calls it.
+//
+// Hydra heads never run on a backend: head 0 needs the pending token, which
+// is sampled after the forward, and head d the tokens the tree chose at
+// depth d (DeviceError is ErrHydraOnHost).
 func (p *Proposer) AttachDevice(target *engine.Model) {
+	if p.heads.IsHydra() {
+		p.dev = deviceHeads{err: ErrHydraOnHost}
+		return
+	}
 	if cb, ok := target.Backend().(*engine.CPUBackend); ok {
 		p.attachCPU(cb)
 		return

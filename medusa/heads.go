@@ -70,10 +70,27 @@ const (
 )
 
 // Config is a heads directory's config.json.
+//
+// A Hydra directory's config.json (docs/medusa.md, "Hydra") parses into the
+// same struct: NumHeads and NumLayers then hold hydra_num_heads and
+// hydra_num_layers (blocks per head, the first one conditioned on the
+// path's tokens) and Hydra is true.
 type Config struct {
 	NumHeads  int    `json:"medusa_num_heads"`
 	NumLayers int    `json:"medusa_num_layers"`
 	BaseModel string `json:"base_model_name_or_path"`
+	// Hydra reports a Hydra heads directory (architectures names
+	// HydraModel, or hydra_num_heads is set).
+	Hydra bool `json:"-"`
+	// Hydra's own keys (the reference's names): architectures,
+	// hydra_num_heads, hydra_num_layers, hydra_head_arch ("mlp"),
+	// grounded_heads (true: heads read the path's tokens), torch_dtype.
+	Architectures  []string `json:"architectures"`
+	HydraNumHeads  int      `json:"hydra_num_heads"`
+	HydraNumLayers int      `json:"hydra_num_layers"`
+	HydraHeadArch  string   `json:"hydra_head_arch"`
+	GroundedHeads  *bool    `json:"grounded_heads"`
+	TorchDtype     string   `json:"torch_dtype"`
 	// HiddenSize and VocabSize are optional; when present they are checked
 	// against the target.
 	HiddenSize int `json:"hidden_size"`
@@ -86,6 +103,11 @@ type Config struct {
 		// HeadVocab > 0: the heads' own projections hold HeadVocab rows,
 		// the most frequent tokens of TokenFrequency in id order.
 		HeadVocab int `json:"head_vocab"`
+		// EmbedDim (Hydra): r, the width of a path token's vector c(x):
+		// hydra_embed_proj's rows, or hidden_size without it (0: unchecked).
+		EmbedDim int `json:"embed_dim"`
+		// Quantization describes how the weights were quantized (free text).
+		Quantization string `json:"quantization"`
 	} `json:"specgate"`
 }
 
@@ -126,7 +148,16 @@ type Heads struct {
 	// from w / proj when a backend takes the heads).
 	wRaw    [][][]float32
 	projRaw [][]float32
+	// hy holds a Hydra directory's own parts (hydra.go); nil for Medusa
+	// heads. Hydra heads keep blocks 1..L-1 in w[i][j] and b[i][j] (w[i][0]
+	// is nil: block 0 is hy's), their projections in proj.
+	hy *hydraParts
 }
+
+// IsHydra reports heads loaded from a Hydra directory: heads conditioned
+// on the path's tokens (HydraLogits), which never run as Medusa heads
+// (Logits) nor on a device.
+func (h *Heads) IsHydra() bool { return h.hy != nil }
 
 // Threads is the thread count the heads' CPU matmuls are called with
 // (LoadOptions.Threads; 0 = GOMAXPROCS).
@@ -168,6 +199,9 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 	}
 	if cfg.VocabSize != 0 && cfg.VocabSize != V {
 		return nil, fmt.Errorf("%s: vocab_size %d, target vocab_size %d: %w", cfgPath, cfg.VocabSize, V, ErrMismatch)
+	}
+	if cfg.Hydra {
+		return loadHydra(dir, cfg, target, opts) // hydra.go
 	}
 	wPath := filepath.Join(dir, WeightsFile)
 	if _, err := os.Stat(wPath); errors.Is(err, os.ErrNotExist) {
@@ -220,58 +254,9 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 			}
 		}
 	}
-	i8 := map[string]int8Mat{} // I8 weights by canonical name (their float values are read's result)
-	read := func(c string, shape []int64) ([]float32, error) {
-		n, ok := names[c]
-		if !ok {
-			return nil, fmt.Errorf("%s: tensor %q: missing (%d heads x %d layers in %s): %w", wPath, c, cfg.NumHeads, L, cfgPath, ErrFormat)
-		}
-		info, _ := set.Info(n)
-		scaleName, hasScale := names[c+"_scale"]
-		if info.DType == safetensors.I8 {
-			if !hasScale || len(shape) != 2 {
-				return nil, fmt.Errorf("%s: tensor %q: dtype I8 needs a per-row scale tensor %q [%d] (int8 weights: row r = int8 values x scale[r]): %w", wPath, n, c+"_scale", shape[0], ErrFormat)
-			}
-		} else if !info.DType.Float() {
-			return nil, fmt.Errorf("%s: tensor %q: dtype %s unsupported (want F32, F16, BF16, or I8 with a %q tensor): %w", wPath, n, info.DType, c+"_scale", ErrFormat)
-		} else if hasScale {
-			return nil, fmt.Errorf("%s: tensor %q: a scale tensor %q for a %s weight (scales go with I8 weights only): %w", wPath, scaleName, scaleName, info.DType, ErrFormat)
-		}
-		if len(info.Shape) != len(shape) || !sameShape(info.Shape, shape) {
-			err := ErrFormat
-			if len(info.Shape) == len(shape) {
-				err = ErrMismatch // right rank, other sizes: another model's heads
-			}
-			return nil, fmt.Errorf("%s: tensor %q: shape %v, want %v for target hidden_size %d, vocab_size %d: %w", wPath, n, info.Shape, shape, H, V, err)
-		}
-		if info.DType == safetensors.I8 {
-			// no float32 copy: the CPU runs the int8 kernels on q and
-			// scale (deviceWeights dequantizes for a device upload); the
-			// values are checked as the float32 weights are
-			q, sc, err := readInt8Rows(set, wPath, n, scaleName, shape)
-			if err != nil {
-				return nil, err
-			}
-			cols := int(shape[1])
-			for i, v := range q {
-				if f := dequant(v, sc[i/cols]); math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
-					return nil, fmt.Errorf("%s: tensor %q: element %d is %v: %w", wPath, n, i, f, ErrFormat)
-				}
-			}
-			i8[c] = int8Mat{q, sc}
-			return nil, nil
-		}
-		buf := make([]float32, info.NumElements())
-		if err := set.ReadFloat32Into(n, buf); err != nil {
-			return nil, fmt.Errorf("%s: tensor %q: %w: %w", wPath, n, ErrFormat, err)
-		}
-		for i, v := range buf {
-			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				return nil, fmt.Errorf("%s: tensor %q: element %d is %v: %w", wPath, n, i, v, ErrFormat)
-			}
-		}
-		return buf, nil
-	}
+	rd := &weightReader{set: set, file: wPath, names: names, H: H, V: V, i8: map[string]int8Mat{},
+		missing: fmt.Sprintf("%d heads x %d layers in %s", cfg.NumHeads, L, cfgPath)}
+	i8, read := rd.i8, rd.read // I8 weights by canonical name (their float values are read's result)
 	h.w = make([][]*engine.Mat, cfg.NumHeads)
 	h.wRaw = make([][][]float32, cfg.NumHeads)
 	h.b = make([][][]float32, cfg.NumHeads)
@@ -330,16 +315,36 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 			full = append(full, p) // nil for int8
 		}
 	}
+	if err := h.setProjections(target, dir, opts, fileIDs, full, func(i int) (int8Mat, bool) {
+		q, ok := i8[fmt.Sprintf("%d.%d.weight", i, L)]
+		return q, ok
+	}); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// setProjections sets h.ids and h.proj (and h.projRaw) from the heads'
+// own projections full[i] ([file rows][H] float32; nil for an I8 one,
+// i8Proj(i)) or, when h.Shared, the target's lm_head: the file's rows are
+// the tokens fileIDs (nil: every token), cut to the opts.VocabLimit most
+// frequent ones.
+func (h *Heads) setProjections(target *engine.Model, dir string, opts LoadOptions, fileIDs []int32, full [][]float32, i8Proj func(int) (int8Mat, bool)) error {
+	H, V := h.Hidden, h.Vocab
+	projRows := V
+	if fileIDs != nil {
+		projRows = len(fileIDs)
+	}
 	if opts.VocabLimit < 0 {
-		return nil, fmt.Errorf("medusa: VocabLimit %d < 0: %w", opts.VocabLimit, ErrFormat)
+		return fmt.Errorf("medusa: VocabLimit %d < 0: %w", opts.VocabLimit, ErrFormat)
 	}
 	h.ids = fileIDs
 	if opts.VocabLimit > 0 && opts.VocabLimit < projRows {
 		// the VocabLimit most frequent tokens are a subset of the file's
 		// head_vocab most frequent ones (same order, same ties)
-		ids, err := frequentTokens(dir, cfg, V, opts.VocabLimit)
+		ids, err := frequentTokens(dir, h.Config, V, opts.VocabLimit)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		h.ids = ids
 	}
@@ -363,12 +368,12 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 		}
 		return out
 	}
-	h.proj = make([]*engine.Mat, cfg.NumHeads)
+	h.proj = make([]*engine.Mat, h.NumHeads)
 	R := h.Rows()
 	if h.Shared {
 		lm := target.Weights.LMHead.Float32()
 		if len(lm) != V*H {
-			return nil, fmt.Errorf("medusa: target lm_head has %d values, want %d x %d: %w", len(lm), V, H, ErrMismatch)
+			return fmt.Errorf("medusa: target lm_head has %d values, want %d x %d: %w", len(lm), V, H, ErrMismatch)
 		}
 		rl := rows(lm, true)
 		p := engine.NewMat(rl, R, H)
@@ -381,7 +386,7 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 	} else {
 		for i := range h.proj {
 			var r []float32 // nil for int8 (deviceWeights)
-			if q, ok := i8[fmt.Sprintf("%d.%d.weight", i, L)]; ok {
+			if q, ok := i8Proj(i); ok {
 				qr, sr := q.q, q.scale
 				if h.ids != nil && len(h.ids) != len(fileIDs) { // a vocabulary limit: the same rows as rows()
 					qr, sr = make([]int8, R*H), make([]float32, R)
@@ -399,7 +404,7 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 			h.projRaw = append(h.projRaw, r)
 		}
 	}
-	return h, nil
+	return nil
 }
 
 // int8Mat is an I8 weight as stored: q [rows][cols] and one scale per row.
@@ -498,20 +503,29 @@ func ParseConfig(raw []byte, file string) (Config, error) {
 	if err := json.Unmarshal(raw, &probe); err != nil {
 		return Config{}, fmt.Errorf("%s: %w: %w", file, ErrFormat, err)
 	}
-	for _, k := range []string{"medusa_num_heads", "medusa_num_layers"} {
-		if _, ok := probe[k]; !ok {
-			return Config{}, fmt.Errorf("%s: %s: missing: %w", file, k, ErrFormat)
-		}
-	}
 	var c Config
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return Config{}, fmt.Errorf("%s: %w: %w", file, ErrFormat, err)
+	}
+	if _, ok := probe["hydra_num_heads"]; ok || slices.Contains(c.Architectures, hydraArch) {
+		if err := parseHydraConfig(probe, &c, file); err != nil {
+			return Config{}, err
+		}
+	} else {
+		for _, k := range []string{"medusa_num_heads", "medusa_num_layers"} {
+			if _, ok := probe[k]; !ok {
+				return Config{}, fmt.Errorf("%s: %s: missing: %w", file, k, ErrFormat)
+			}
+		}
 	}
 	if c.NumHeads < 1 || c.NumHeads > 64 {
 		return Config{}, fmt.Errorf("%s: medusa_num_heads %d: want 1..64: %w", file, c.NumHeads, ErrFormat)
 	}
 	if c.NumLayers < 0 || c.NumLayers > 16 {
 		return Config{}, fmt.Errorf("%s: medusa_num_layers %d: want 0..16: %w", file, c.NumLayers, ErrFormat)
+	}
+	if c.Specgate.EmbedDim < 0 || c.Specgate.EmbedDim > 1<<16 {
+		return Config{}, fmt.Errorf("%s: specgate.embed_dim %d: want 0..65536: %w", file, c.Specgate.EmbedDim, ErrFormat)
 	}
 	if c.HiddenSize < 0 || c.VocabSize < 0 {
 		return Config{}, fmt.Errorf("%s: hidden_size %d / vocab_size %d: want >= 0: %w", file, c.HiddenSize, c.VocabSize, ErrFormat)
@@ -567,6 +581,9 @@ func frequentTokens(dir string, cfg Config, V, limit int) ([]int32, error) {
 // [rows][Hidden]) into out, laid out [nHeads][rows][Rows()] (allocated when
 // too small; returned).
 func (h *Heads) Logits(hidden []float32, rows, nHeads int, out []float32) []float32 {
+	if h.hy != nil {
+		panic("medusa: Logits on Hydra heads (they read the path's tokens: HydraLogits)")
+	}
 	if h.Shared && nHeads > 1 {
 		return h.logitsShared(hidden, rows, nHeads, out) // heads_cpu.go
 	}

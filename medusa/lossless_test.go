@@ -56,6 +56,12 @@ func generate(e *engine.Engine, req engine.GenerateRequest) ([]int32, engine.Res
 // set); -short: 10 x 32. SPECGATE_GREEDY_SHARD=from:to runs a range.
 func TestLosslessGreedy(t *testing.T) {
 	target, heads := shipped(t)
+	losslessGreedy(t, target, heads)
+}
+
+// losslessGreedy is TestLosslessGreedy's body for any heads of target
+// (Medusa or Hydra).
+func losslessGreedy(t *testing.T, target *engine.Model, heads *Heads) {
 	n, maxTok := 200, 128
 	if testing.Short() {
 		n, maxTok = 10, 32
@@ -74,7 +80,13 @@ func TestLosslessGreedy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wideTree, err := NewTree([][]int{{0}, {1}, {2}, {0, 0}, {0, 1}, {1, 0}, {0, 0, 0}, {0, 0, 1}, {0, 0, 0, 0}, {0, 0, 0, 0, 0}}, heads.NumHeads)
+	var widePaths [][]int
+	for _, p := range [][]int{{0}, {1}, {2}, {0, 0}, {0, 1}, {1, 0}, {0, 0, 0}, {0, 0, 1}, {0, 0, 0, 0}, {0, 0, 0, 0, 0}} {
+		if len(p) <= heads.NumHeads {
+			widePaths = append(widePaths, p)
+		}
+	}
+	wideTree, err := NewTree(widePaths, heads.NumHeads)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,6 +168,11 @@ func TestLosslessGreedy(t *testing.T) {
 // batch-invariant on the CPU backend).
 func TestSampledSameSeed(t *testing.T) {
 	target, heads := shipped(t)
+	sampledSameSeed(t, target, heads)
+}
+
+// sampledSameSeed is TestSampledSameSeed's body for any heads of target.
+func sampledSameSeed(t *testing.T, target *engine.Model, heads *Heads) {
 	p, err := NewProposer(heads, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -76,6 +76,9 @@ func (p *Proposer) Propose(ctx context.Context, reqs []engine.ProposeRequest) ([
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if p.heads.hy != nil {
+		return p.proposeHydra(reqs) // hydra_propose.go
+	}
 	H := p.heads.Hidden
 	out := make([]engine.Proposal, len(reqs))
 	var rows []int

@@ -33,7 +33,10 @@ const (
 // Collect decodes every prompt greedily with target (plain decoding, up to
 // maxNew tokens or EOS) and ranks the continuation under the heads: the
 // hidden row that predicted generated token j is what the proposer sees
-// when token j is pending; head k's label is generated token j+k+1.
+// when token j is pending; head k's label is generated token j+k+1. Hydra
+// heads also read the path: head k at position j is given the true tokens
+// j..j+k (teacher-forced ranks: a tree path is accepted exactly when every
+// head on it ranked its label as the path says, given the earlier labels).
 func Collect(ctx context.Context, target *engine.Model, h *Heads, prompts [][]int32, maxNew, maxRank int) (*Stats, error) {
 	if maxRank < 1 || maxRank >= NoLabel {
 		return nil, fmt.Errorf("medusa: maxRank %d: want 1..%d", maxRank, NoLabel-1)
@@ -49,6 +52,7 @@ func Collect(ctx context.Context, target *engine.Model, h *Heads, prompts [][]in
 	}
 	R := h.Rows()
 	var buf []float32
+	var hbuf [][]float32 // Hydra: per head
 	for _, prompt := range prompts {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -78,7 +82,27 @@ func Collect(ctx context.Context, target *engine.Model, h *Heads, prompts [][]in
 		// row that predicted it; head k's label is gen[j+k+1].
 		n := len(gen)
 		rows := n
-		buf = h.Logits(hidden[:n*H], rows, K, buf)
+		var logitsOf func(k, j int) []float32
+		if h.IsHydra() {
+			// Hydra head k at position j reads hidden[j] and the true path
+			// gen[j..j+k] (teacher forcing: the tokens the tree would hold
+			// if every earlier head were right)
+			for len(hbuf) < K {
+				hbuf = append(hbuf, nil)
+			}
+			for k := range K {
+				var rowIdx, toks []int32
+				for j := 0; j+k+1 < n; j++ {
+					rowIdx = append(rowIdx, int32(j))
+					toks = append(toks, gen[j:j+k+1]...)
+				}
+				hbuf[k] = h.HydraLogits(k, hidden[:n*H], n, rowIdx, toks, hbuf[k])
+			}
+			logitsOf = func(k, j int) []float32 { return hbuf[k][j*R : (j+1)*R] }
+		} else {
+			buf = h.Logits(hidden[:n*H], rows, K, buf)
+			logitsOf = func(k, j int) []float32 { return buf[(k*rows+j)*R : (k*rows+j+1)*R] }
+		}
 		for j := range n {
 			rk := make([]uint8, K)
 			for k := range K {
@@ -91,7 +115,7 @@ func Collect(ctx context.Context, target *engine.Model, h *Heads, prompts [][]in
 				if row < 0 {
 					continue
 				}
-				l := buf[(k*rows+j)*R : (k*rows+j+1)*R]
+				l := logitsOf(k, j)
 				v := l[row]
 				rank := 0
 				for i, x := range l {

@@ -1,0 +1,92 @@
+package medusa
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/specgate/specgate/safetensors"
+)
+
+// weightReader reads a heads weights file's tensors by canonical name (the
+// stored name without its optional prefix), with the checks and error
+// messages both directory kinds (Medusa, Hydra) share: dtype (F32, F16,
+// BF16, or I8 with a per-row "<name>_scale"), shape against the target,
+// finite values.
+type weightReader struct {
+	set   *safetensors.File
+	file  string            // the weights file, for errors
+	names map[string]string // canonical -> stored name
+	H, V  int               // target hidden and vocabulary sizes, for errors
+	// missing describes the layout a missing tensor belongs to ("3 heads x
+	// 2 layers in DIR/config.json").
+	missing string
+	// i8 collects the I8 weights read (read returns nil values for them:
+	// the CPU runs the int8 kernels on q and scale).
+	i8 map[string]int8Mat
+}
+
+// read returns the float32 values of tensor c of the given shape, or nil
+// for an I8 weight (then in r.i8[c]).
+func (r *weightReader) read(c string, shape []int64) ([]float32, error) {
+	wPath, set, names, H, V := r.file, r.set, r.names, r.H, r.V
+	n, ok := names[c]
+	if !ok {
+		return nil, fmt.Errorf("%s: tensor %q: missing (%s): %w", wPath, c, r.missing, ErrFormat)
+	}
+	info, _ := set.Info(n)
+	scaleName, hasScale := names[c+"_scale"]
+	if info.DType == safetensors.I8 {
+		if !hasScale || len(shape) != 2 {
+			return nil, fmt.Errorf("%s: tensor %q: dtype I8 needs a per-row scale tensor %q [%d] (int8 weights: row r = int8 values x scale[r]): %w", wPath, n, c+"_scale", shape[0], ErrFormat)
+		}
+	} else if !info.DType.Float() {
+		return nil, fmt.Errorf("%s: tensor %q: dtype %s unsupported (want F32, F16, BF16, or I8 with a %q tensor): %w", wPath, n, info.DType, c+"_scale", ErrFormat)
+	} else if hasScale {
+		return nil, fmt.Errorf("%s: tensor %q: a scale tensor %q for a %s weight (scales go with I8 weights only): %w", wPath, scaleName, scaleName, info.DType, ErrFormat)
+	}
+	if len(info.Shape) != len(shape) || !sameShape(info.Shape, shape) {
+		err := ErrFormat
+		if len(info.Shape) == len(shape) {
+			err = ErrMismatch // right rank, other sizes: another model's heads
+		}
+		return nil, fmt.Errorf("%s: tensor %q: shape %v, want %v for target hidden_size %d, vocab_size %d: %w", wPath, n, info.Shape, shape, H, V, err)
+	}
+	if info.DType == safetensors.I8 {
+		// no float32 copy: the CPU runs the int8 kernels on q and
+		// scale (deviceWeights dequantizes for a device upload); the
+		// values are checked as the float32 weights are
+		q, sc, err := readInt8Rows(set, wPath, n, scaleName, shape)
+		if err != nil {
+			return nil, err
+		}
+		cols := int(shape[1])
+		for i, v := range q {
+			if f := dequant(v, sc[i/cols]); math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+				return nil, fmt.Errorf("%s: tensor %q: element %d is %v: %w", wPath, n, i, f, ErrFormat)
+			}
+		}
+		r.i8[c] = int8Mat{q, sc}
+		return nil, nil
+	}
+	buf := make([]float32, info.NumElements())
+	if err := set.ReadFloat32Into(n, buf); err != nil {
+		return nil, fmt.Errorf("%s: tensor %q: %w: %w", wPath, n, ErrFormat, err)
+	}
+	for i, v := range buf {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return nil, fmt.Errorf("%s: tensor %q: element %d is %v: %w", wPath, n, i, v, ErrFormat)
+		}
+	}
+	return buf, nil
+}
+
+// floats returns tensor c as float32 values whatever its dtype (an I8
+// weight dequantized): for weights used only at load time.
+func (r *weightReader) floats(c string, shape []int64) ([]float32, error) {
+	v, err := r.read(c, shape)
+	if err != nil || v != nil {
+		return v, err
+	}
+	q := r.i8[c]
+	return dequantRows(q.q, q.scale, int(shape[1])), nil
+}
