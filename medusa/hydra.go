@@ -592,3 +592,21 @@ func checkHydra(s Spec, cfg Config, hidden, vocab int) error {
 	}
 	return nil
 }
+
+// Kind names the kind of the heads directory dir from its config.json:
+// "hydra", "medusa", or "" when it does not parse (Check says why).
+func Kind(dir string) string {
+	p := filepath.Join(dir, ConfigFile)
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		return ""
+	}
+	c, err := ParseConfig(raw, p)
+	switch {
+	case err != nil:
+		return ""
+	case c.Hydra:
+		return "hydra"
+	}
+	return "medusa"
+}

@@ -591,3 +591,134 @@ func TestHydraLoadErrors(t *testing.T) {
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
 func contains(s, sub string) bool     { return strings.Contains(s, sub) }
+
+// readTinyW replaces th.w with the values of dir's weights file as the
+// test reads them itself (I8 dequantized in float64 with its row's scale).
+func (th *tinyHydra) readTinyW(t *testing.T, dir string) {
+	t.Helper()
+	f, err := safetensors.Open(filepath.Join(dir, HydraWeightsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	th.w = map[string][]float64{}
+	for _, n := range f.Names() {
+		c := strings.TrimPrefix(n, "hydra_head.")
+		if strings.HasSuffix(c, "_scale") {
+			continue
+		}
+		info, _ := f.Info(n)
+		if info.DType != safetensors.I8 {
+			v, _, err := f.ReadFloat32(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			th.w[c] = float64s(v)
+			continue
+		}
+		q, err := f.ReadRaw(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc, _, err := f.ReadFloat32(n + "_scale")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cols := int(info.Shape[1])
+		v := make([]float64, len(q))
+		for i, b := range q {
+			v[i] = float64(int8(b)) * float64(sc[i/cols])
+		}
+		th.w[c] = v
+	}
+}
+
+// TestHydraQuantizeInt8: medusaquant (QuantizeInt8) on Hydra directories
+// of both layouts: 2-D weights become I8 + per-row scale (not
+// hydra_embed_proj), rows cut FR-Spec projections and their biases, the
+// config says int8; the result loads and its logits are the test's float64
+// forward over the dequantized file within 1e-5, and within the int8 error
+// of the original heads' logits.
+func TestHydraQuantizeInt8(t *testing.T) {
+	target := tinyTarget(t, 4)
+	E := float64s(target.Weights.Embed.Float32())
+	lm := float64s(target.Weights.LMHead.Float32())
+	hidden := []float32{0.5, -1.25, 2, 0.75, -0.5, 1.5, 0.25, -2}
+	for _, tc := range []struct {
+		name string
+		th   tinyHydra
+		rows int
+	}{
+		{"reference", tinyHydra{K: 2, L: 2, H: 4, V: 16, r: 4, res: true, own: true, projBias: true, dtype: "f32"}, 0},
+		{"compact-frspec-cut", tinyHydra{K: 2, L: 2, H: 4, V: 16, r: 2, embedProj: true, own: true, projBias: true, headVocab: 8, dtype: "f16"}, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			th := tc.th
+			src := th.write(t)
+			out := filepath.Join(t.TempDir(), "q")
+			worst, err := QuantizeInt8(src, out, tc.rows)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if worst > 1.0/254+1e-6 {
+				t.Fatalf("worst relative weight error %.5f > 1/254", worst)
+			}
+			orig := th // the fp weights' forward, for the int8 error
+			f, err := safetensors.Open(filepath.Join(out, HydraWeightsFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range f.Names() {
+				info, _ := f.Info(n)
+				is2D := len(info.Shape) == 2 && !strings.HasSuffix(n, "_scale")
+				if want := is2D && n != "hydra_embed_proj.weight"; (info.DType == safetensors.I8) != want {
+					t.Errorf("%s: dtype %s", n, info.DType)
+				}
+			}
+			f.Close()
+			raw, _ := os.ReadFile(filepath.Join(out, ConfigFile))
+			cfg, err := ParseConfig(raw, "q/config.json")
+			if err != nil || !cfg.Hydra || cfg.TorchDtype != "int8" || (tc.rows > 0 && cfg.Specgate.HeadVocab != tc.rows) {
+				t.Fatalf("quantized config %+v, %v", cfg, err)
+			}
+			h, err := Load(out, target, LoadOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := th
+			q.readTinyW(t, out)
+			if tc.rows > 0 {
+				q.headVocab = tc.rows
+			}
+			var ids []int32
+			if q.headVocab > 0 {
+				ids = frequent(tinyFreq(16), q.headVocab)
+			}
+			worstQ, worstO := 0.0, 0.0
+			for i := range th.K {
+				row := []int32{0, 1, 1}
+				var toks []int32
+				for k := range row {
+					for j := 0; j <= i; j++ {
+						toks = append(toks, int32((5*k+3*j+1)%16))
+					}
+				}
+				got := h.HydraLogits(i, hidden, 2, row, toks, nil)
+				R := h.Rows()
+				for k, r := range row {
+					hr := float64s(hidden[int(r)*4 : int(r)*4+4])
+					want := q.ref(E, lm, hr, toks[k*(i+1):(k+1)*(i+1)], i, ids)
+					o := orig.ref(E, lm, hr, toks[k*(i+1):(k+1)*(i+1)], i, ids)
+					for c := range want {
+						worstQ = max(worstQ, math.Abs(float64(got[k*R+c])-want[c]))
+						worstO = max(worstO, math.Abs(float64(got[k*R+c])-o[c]))
+					}
+				}
+			}
+			t.Logf("max |go - float64 of the int8 file| = %.2e; vs the original heads %.2e", worstQ, worstO)
+			if worstQ > 1e-5 || worstO > 0.1 {
+				t.Fatalf("int8 heads: %.3e from their own float64 forward, %.3e from the original's", worstQ, worstO)
+			}
+		})
+	}
+}

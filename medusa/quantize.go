@@ -14,7 +14,9 @@ import (
 )
 
 // QuantizeInt8 writes the heads directory dir to out with every 2-D weight
-// (the blocks' [H][H] and the vocabulary projections) stored as I8 with a
+// (the blocks' [H][H] and the vocabulary projections; for Hydra heads also
+// block 0's [H][H+(i+1)r] and res_connection, but not hydra_embed_proj,
+// which is used once at load time) stored as I8 with a
 // per-row F32 scale tensor "<name>_scale" (symmetric: scale = max|row| / 127,
 // q = round(w / scale)); biases keep their dtype. Load reads that layout
 // (heads.go). rows > 0 also cuts FR-Spec projections (specgate.head_vocab)
@@ -72,7 +74,17 @@ func QuantizeInt8(dir, out string, rows int) (worst float64, err error) {
 			keep = append(keep, r)
 		}
 	}
-	wPath := filepath.Join(dir, WeightsFile)
+	wFile := WeightsFile
+	if cfg.Hydra {
+		wFile = HydraWeightsFile
+	}
+	// isProj reports a vocabulary projection's weight or (Hydra) bias: the
+	// tensors whose rows are the heads' tokens
+	isProj := func(n string) bool { return !strings.HasSuffix(n, ".linear.weight") }
+	if cfg.Hydra {
+		isProj = func(n string) bool { return strings.HasPrefix(strings.TrimPrefix(n, hydraPrefix), "hydra_lm_head.") }
+	}
+	wPath := filepath.Join(dir, wFile)
 	set, err := safetensors.Open(wPath)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrFormat, err)
@@ -84,7 +96,25 @@ func QuantizeInt8(dir, out string, rows int) (worst float64, err error) {
 		if strings.HasSuffix(n, "_scale") || info.DType == safetensors.I8 {
 			return 0, fmt.Errorf("%s: tensor %q: already quantized: %w", wPath, n, ErrFormat)
 		}
-		if len(info.Shape) != 2 {
+		if cfg.Hydra && len(info.Shape) == 1 && keep != nil && isProj(n) {
+			// a Hydra projection's bias: the kept rows, as F32
+			b, _, err := set.ReadFloat32(n)
+			if err != nil {
+				return 0, fmt.Errorf("%s: tensor %q: %w", wPath, n, err)
+			}
+			if len(b) != cfg.Specgate.HeadVocab {
+				return 0, fmt.Errorf("%s: tensor %q: %d rows, specgate.head_vocab %d: %w", wPath, n, len(b), cfg.Specgate.HeadVocab, ErrFormat)
+			}
+			cut := make([]float32, 0, len(keep))
+			for _, r := range keep {
+				cut = append(cut, b[r])
+			}
+			ts = append(ts, safetensors.Tensor{Name: n, DType: safetensors.F32, Shape: []int64{int64(len(cut))}, Data: safetensors.EncodeF32(cut)})
+			continue
+		}
+		if len(info.Shape) != 2 || strings.TrimPrefix(n, hydraPrefix) == "hydra_embed_proj.weight" {
+			// vectors keep their dtype; so does Hydra's token projection
+			// (r x H values, used once at load time for every token's c(x))
 			b, err := set.ReadRaw(n)
 			if err != nil {
 				return 0, fmt.Errorf("%s: tensor %q: %w", wPath, n, err)
@@ -97,7 +127,7 @@ func QuantizeInt8(dir, out string, rows int) (worst float64, err error) {
 			return 0, fmt.Errorf("%s: tensor %q: %w", wPath, n, err)
 		}
 		R, C := int(shape[0]), int(shape[1])
-		if keep != nil && !strings.HasSuffix(n, ".linear.weight") {
+		if keep != nil && isProj(n) {
 			if R != cfg.Specgate.HeadVocab {
 				return 0, fmt.Errorf("%s: tensor %q: %d rows, specgate.head_vocab %d: %w", wPath, n, R, cfg.Specgate.HeadVocab, ErrFormat)
 			}
@@ -130,7 +160,7 @@ func QuantizeInt8(dir, out string, rows int) (worst float64, err error) {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return 0, err
 	}
-	if err := safetensors.Write(filepath.Join(out, WeightsFile), ts, map[string]string{"format": "pt", "quantization": "int8 per-row symmetric, scale = max|row|/127"}); err != nil {
+	if err := safetensors.Write(filepath.Join(out, wFile), ts, map[string]string{"format": "pt", "quantization": "int8 per-row symmetric, scale = max|row|/127"}); err != nil {
 		return 0, err
 	}
 	var m map[string]any
@@ -146,6 +176,9 @@ func QuantizeInt8(dir, out string, rows int) (worst float64, err error) {
 		sg["head_vocab"] = rows
 	}
 	sg["quantization"] = "int8 per-row (weights I8, <name>_scale F32)"
+	if cfg.Hydra {
+		m["torch_dtype"] = "int8"
+	}
 	cb, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return 0, err

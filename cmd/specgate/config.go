@@ -9,6 +9,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/specgate/specgate/gateway"
+	"github.com/specgate/specgate/medusa"
 )
 
 func init() {
@@ -81,6 +82,9 @@ func configCheck(path string, getenv func(string) string) error {
 			dir := m.Draft
 			if m.Speculative.Method == "medusa" {
 				dir = m.MedusaHeads()
+				if medusa.Kind(dir) == "hydra" {
+					dir += " [Hydra heads]"
+				}
 			}
 			s += " (" + m.Speculative.Method + " " + dir + ", " + strings.TrimPrefix(m.Speculative.Mode(), m.Speculative.Method+" ") + ")"
 		}

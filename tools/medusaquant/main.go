@@ -1,4 +1,4 @@
-// Command medusaquant writes a Medusa heads directory with int8 weights
+// Command medusaquant writes a Medusa or Hydra heads directory with int8 weights
 // (per-row F32 scales; medusa.QuantizeInt8), optionally cutting FR-Spec
 // projections to the -rows most frequent tokens:
 //
