@@ -374,8 +374,14 @@ func loadHydra(dir string, cfg Config, target *engine.Model, opts LoadOptions) (
 	if HV > V {
 		return nil, fmt.Errorf("%s: specgate.head_vocab %d > target vocab_size %d: %w", cfgPath, HV, V, ErrMismatch)
 	}
-	if HV > 0 && own == 0 {
-		return nil, fmt.Errorf("%s: specgate.head_vocab %d but %s has no vocabulary projections: %w", cfgPath, HV, wPath, ErrFormat)
+	if HV > 0 && h.Shared {
+		// the target's lm_head rows of the head_vocab most frequent tokens
+		// (HYDRA-FORMAT.md: "absent (and share_lm_head: true) = the
+		// target's lm_head rows (all, or the head_vocab most frequent
+		// ones)"): a vocabulary limit of head_vocab, or less
+		if opts.VocabLimit == 0 || opts.VocabLimit > HV {
+			opts.VocabLimit = HV
+		}
 	}
 	projRows := V
 	var fileIDs []int32

@@ -271,6 +271,8 @@ func tinyVariants() []struct {
 		{"compact-f16-frspec", tinyHydra{K: 2, L: 2, H: 4, V: 16, r: 2, embedProj: true, own: true, headVocab: 6, dtype: "f16", prefix: "hydra_head."}, 0},
 		// compact, int8 everywhere (hydra_embed_proj too), the target's lm_head, 3 blocks
 		{"compact-i8-shared", tinyHydra{K: 2, L: 3, H: 4, V: 16, r: 3, embedProj: true, dtype: "i8"}, 0},
+		// compact, the target's lm_head over the head_vocab most frequent tokens (no projections)
+		{"compact-shared-headvocab", tinyHydra{K: 2, L: 2, H: 4, V: 16, r: 2, embedProj: true, headVocab: 6, dtype: "f32"}, 0},
 		// reference layout in int8, own projections with bias, cut to 5 tokens at load
 		{"reference-i8-limit", tinyHydra{K: 2, L: 1, H: 4, V: 16, r: 4, res: true, own: true, projBias: true, dtype: "i8"}, 5},
 	}
