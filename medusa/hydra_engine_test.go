@@ -69,52 +69,64 @@ func randomHydraDir(t testing.TB) string {
 }
 
 var (
-	hydraOnce  sync.Once
-	hydraHeads *Heads
-	hydraDir   string
-	hydraErr   error
+	hydraDirOnce, hydraOnce sync.Once
+	hydraDir                string
+	hydraErr, hydraLoadErr  error
+	hydraHeads              *Heads
 )
 
-// hydraForShipped loads the Hydra heads the engine tests run: $SPECGATE_HYDRA_HEADS,
-// else the shipped ones (models/specgate-target-hydra) when present, else
-// random heads (randomHydraDir).
-func hydraForShipped(t *testing.T) (*engine.Model, *Heads, string) {
+// hydraDirForShipped is the Hydra heads directory the engine tests run:
+// $SPECGATE_HYDRA_HEADS, else the shipped one (models/specgate-target-hydra)
+// when present, else random heads (randomHydraDir, written once per test
+// binary into a temp dir).
+func hydraDirForShipped(t testing.TB) string {
 	t.Helper()
-	target, _ := shipped(t)
-	hydraOnce.Do(func() {
+	hydraDirOnce.Do(func() {
 		hydraDir = os.Getenv("SPECGATE_HYDRA_HEADS")
 		if hydraDir == "" {
 			if _, err := os.Stat(filepath.Join(shippedHydra, ConfigFile)); err == nil {
 				hydraDir = shippedHydra
 			}
 		}
-		if hydraDir == "" {
-			d, err := os.MkdirTemp("", "hydra-random")
+		if hydraDir != "" {
+			return
+		}
+		d, err := os.MkdirTemp("", "hydra-random")
+		if err != nil {
+			hydraErr = err
+			return
+		}
+		src := randomHydraDir(t)
+		for _, f := range []string{ConfigFile, HydraWeightsFile} {
+			b, err := os.ReadFile(filepath.Join(src, f))
+			if err == nil {
+				err = os.WriteFile(filepath.Join(d, f), b, 0o644)
+			}
 			if err != nil {
 				hydraErr = err
 				return
 			}
-			// a temp dir of the package's test binary: written once, removed by the OS's tmp cleanup
-			src := randomHydraDir(t)
-			for _, f := range []string{ConfigFile, HydraWeightsFile} {
-				b, err := os.ReadFile(filepath.Join(src, f))
-				if err == nil {
-					err = os.WriteFile(filepath.Join(d, f), b, 0o644)
-				}
-				if err != nil {
-					hydraErr = err
-					return
-				}
-			}
-			hydraDir = d
 		}
-		hydraHeads, hydraErr = Load(hydraDir, target, LoadOptions{})
+		hydraDir = d
 	})
 	if hydraErr != nil {
 		t.Fatal(hydraErr)
 	}
 	t.Logf("Hydra heads: %s", hydraDir)
-	return target, hydraHeads, hydraDir
+	return hydraDir
+}
+
+// hydraForShipped loads hydraDirForShipped's heads for the shipped target
+// (CPU) once per test binary.
+func hydraForShipped(t *testing.T) (*engine.Model, *Heads, string) {
+	t.Helper()
+	target, _ := shipped(t)
+	dir := hydraDirForShipped(t)
+	hydraOnce.Do(func() { hydraHeads, hydraLoadErr = Load(dir, target, LoadOptions{}) })
+	if hydraLoadErr != nil {
+		t.Fatal(hydraLoadErr)
+	}
+	return target, hydraHeads, dir
 }
 
 // TestHydraLosslessGreedy: TestLosslessGreedy with Hydra heads (fixed
