@@ -2,6 +2,8 @@ package medusa
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/specgate/specgate/engine"
@@ -83,7 +85,8 @@ func BenchmarkLogitsInt8(b *testing.B) {
 // medusa.New attaches them, inside the CPU forward beside the LM head when
 // the backend has two threads and the tree is shallow (attachCPU; name
 // suffix "/in-forward"). Interleave with -count, compare medians; profile
-// one mode at a time:
+// one mode at a time. With Hydra heads ($SPECGATE_HYDRA_HEADS or
+// models/specgate-target-hydra) also "hydra/n=N" (always the host path):
 //
 //	go test -run '^$' -bench 'DecodeBatch1/(plain|n=1)' -cpu 2 -count 5 ./medusa/
 //	go test -run '^$' -bench 'DecodeBatch1/n=1/host' -cpu 1 -count 5 -cpuprofile /tmp/n1.prof ./medusa/
@@ -119,6 +122,23 @@ func BenchmarkDecodeBatch1(b *testing.B) {
 		}
 		modes = append(modes, mode{"n=" + tree + "/host", engine.Options{Proposers: []engine.Proposer{host}, FixedDraft: true}})
 	}
+	// Hydra heads ($SPECGATE_HYDRA_HEADS or the shipped ones; not random
+	// ones): always on the host path
+	hdir := os.Getenv("SPECGATE_HYDRA_HEADS")
+	if hdir == "" {
+		if _, err := os.Stat(filepath.Join(shippedHydra, ConfigFile)); err == nil {
+			hdir = shippedHydra
+		}
+	}
+	if hdir != "" {
+		for _, tree := range []string{"1", "2", "4"} {
+			p, err := New(target, Spec{Heads: hdir, Tree: tree, VocabLimit: 2048})
+			if err != nil {
+				b.Fatal(err)
+			}
+			modes = append(modes, mode{"hydra/n=" + tree, engine.Options{Proposers: []engine.Proposer{p}, FixedDraft: true}})
+		}
+	}
 	for _, m := range modes {
 		opts := m.opts
 		b.Run(m.name, func(b *testing.B) {
@@ -147,5 +167,38 @@ func BenchmarkDecodeBatch1(b *testing.B) {
 			b.ReportMetric(el/float64(steps), "µs/step")
 			b.ReportMetric(float64(gen-b.N*len(toks))/float64(steps), "τ")
 		})
+	}
+}
+
+// BenchmarkHydraLogits: one Hydra head on n nodes of one request (the
+// hydra heads of hydraDirForShipped: $SPECGATE_HYDRA_HEADS, the shipped
+// ones, else random), i.e. one depth of one request's tree; block 0's
+// hidden-row product runs once for the n nodes.
+//
+//	go test -run '^$' -bench HydraLogits -cpu 1 -count 5 ./medusa/
+func BenchmarkHydraLogits(b *testing.B) {
+	target, _ := shipped(b)
+	h, err := Load(hydraDirForShipped(b), target, LoadOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	x := make([]float32, h.Hidden)
+	for i := range x {
+		x[i] = float32(i%7) - 3
+	}
+	for _, head := range []int{0, h.NumHeads - 1} {
+		for _, n := range []int{1, 4, 16} {
+			row := make([]int32, n)
+			toks := make([]int32, n*(head+1))
+			for k := range toks {
+				toks[k] = int32(100 + 37*k)
+			}
+			b.Run(fmt.Sprintf("head=%d/nodes=%d", head, n), func(b *testing.B) {
+				var out []float32
+				for b.Loop() {
+					out = h.HydraLogits(head, x, 1, row, toks, out)
+				}
+			})
+		}
 	}
 }
