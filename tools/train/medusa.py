@@ -26,6 +26,24 @@ Variants (--variants, trained side by side on the same batches, each with its ow
 The reference builds a head as [ResBlock(H)] * L (one block repeated); we train L distinct blocks
 (keys {head}.{layer}.linear.*, which the reference's state-dict layout holds either way).
 
+Hydra variants (Ankner et al. 2024; directory format: HYDRA-FORMAT.md of the session, issue #17):
+head i at position t reads h_t and c(x_{t+1}), ..., c(x_{t+i+1}) -- the sequence's actual tokens
+(x_{t+1} is the pending token at inference, the rest the tree path below it) -- and learns the same
+label as Medusa head i (argmax of the base logits at row t+i+1). Teacher-forced ranks of that label
+are the ranks given the right prefix, so expected tau and the greedy tree come from them exactly as
+for Medusa (a path is right iff every node's rank matches given the right prefix).
+  hc<r>l<L><p>[N]  compact layout: hydra_embed_proj [r, H] (c(x) = P E[x], E = the target's input
+                   embeddings, frozen), block 0 of head i: y = h + SiLU(W [h, c(x_1..x_{i+1})] + b),
+                   then L-1 ResBlocks; projection p = f: own Linear(H, N) with bias over the N most
+                   frequent tokens (N defaults to --head-vocab), initialised from those lm_head rows;
+                   p = s: the target's lm_head restricted to those rows, frozen (share_lm_head: true).
+  hrl<L><p>[N]     the reference layout (zankner/Hydra HydraMLP): c(x) = E[x] (r = H), block 0 also
+                   has res_connection = Linear(H + (i+1)H, H), initialised to [I 0] with zero bias (the
+                   reference initialises it randomly; identity on h trains faster from a frozen base).
+Exported as hydra_lm_head.safetensors (fp16) + config.json (architectures HydraModel) +
+head_token_frequency.json; the size line prints the bytes of the int8 file tools/medusaquant would
+write (I8 weights + F32 row scales, F16 biases).
+
 Held-out: every prompt of --exclude-prompts (medusa/testdata/heldout_prompts.txt, the prompts the
 Go side measures tau on) is kept out: no training prompt equals one, and no training document
 contains one of >= 16 characters unless that line is boilerplate found in more than
@@ -38,7 +56,7 @@ continuations, medusa_lm_head.safetensors fp16, token_frequency.json, loss.csv, 
 train_summary.json), WORK/summary.json, and with --save-gen the generated token ids (for
 tools/train/distill_gen.py).
 """
-import argparse, bisect, csv, json, math, os, random, subprocess, time
+import argparse, bisect, csv, json, math, os, random, re, shutil, subprocess, tarfile, time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -62,6 +80,88 @@ class ResBlock(nn.Module):
 
     def forward(self, x):
         return x + self.act(self.linear(x))
+
+
+class Block0(nn.Module):
+    """Hydra head i's first block over u = [h, c(x_1), ..., c(x_{i+1})] (length H + (i+1) r):
+    y = R(u) + SiLU(W u + b); R = res_connection (reference layout) or h itself (compact)."""
+
+    def __init__(self, hidden, cols, ref):
+        super().__init__()
+        self.hidden = hidden
+        self.linear = nn.Linear(cols, hidden)
+        nn.init.zeros_(self.linear.weight)
+        self.act = nn.SiLU()
+        if ref:
+            self.res_connection = nn.Linear(cols, hidden)
+            with torch.no_grad():
+                self.res_connection.weight.zero_()
+                self.res_connection.weight[:, :hidden] = torch.eye(hidden)
+                self.res_connection.bias.zero_()
+        else:
+            self.res_connection = None
+
+    def forward(self, u):
+        base = self.res_connection(u) if self.res_connection is not None else u[:, : self.hidden]
+        return base + self.act(self.linear(u))
+
+
+class HydraHeads(nn.Module):
+    """K Hydra heads; state-dict keys are the directory format's (hydra_embed_proj.weight,
+    hydra_mlp.{i}.{j}.linear.*, hydra_mlp.{i}.0.res_connection.*, hydra_lm_head.{i}.*)."""
+
+    def __init__(self, K, L, hidden, r, ref, rows_weight, own, embed, embed_scale):
+        super().__init__()
+        self.K, self.hidden, self.ref, self.own = K, hidden, ref, own
+        self.r = hidden if ref else r
+        self.embed = embed  # the target's input embeddings [V, H], frozen (a plain attribute: not saved)
+        if not ref:
+            self.hydra_embed_proj = nn.Linear(hidden, r, bias=False)
+            # c = P E[x] with entries of about the hidden rows' RMS: embed_scale = RMS(h) / RMS(E)
+            # (Block0's W starts at zero, so P must not: its gradient flows through W)
+            nn.init.normal_(self.hydra_embed_proj.weight, std=embed_scale / math.sqrt(hidden))
+        self.hydra_mlp = nn.ModuleList([
+            nn.ModuleList([Block0(hidden, hidden + (i + 1) * self.r, ref)] + [ResBlock(hidden) for _ in range(L - 1)])
+            for i in range(K)])
+        if own:
+            self.hydra_lm_head = nn.ModuleList([nn.Linear(hidden, rows_weight.size(0)) for _ in range(K)])
+            with torch.no_grad():
+                for lin in self.hydra_lm_head:
+                    lin.weight[:] = rows_weight
+                    lin.bias.zero_()
+        else:
+            self.rows = rows_weight  # frozen, not saved: the target's lm_head rows
+
+    def head(self, i, h, toks):
+        """h [N, H], toks [N, i+1] (x_1..x_{i+1}) -> logits [N, rows]."""
+        e = self.embed[toks]  # [N, i+1, H]
+        c = e if self.ref else self.hydra_embed_proj(e)
+        u = torch.cat([h, c.reshape(c.size(0), -1).to(h.dtype)], 1)  # h, c(x_1), c(x_2), ...
+        blocks = self.hydra_mlp[i]
+        y = blocks[0](u)
+        for b in blocks[1:]:
+            y = b(y)
+        return self.hydra_lm_head[i](y) if self.own else F.linear(y, self.rows)
+
+
+HYDRA_RE = re.compile(r"^h(?:c(\d+)|(r))l(\d+)([sf])(\d*)$")
+
+
+def parse_hydra(v):
+    """None for a Medusa variant, else dict(ref, r, L, own, rows)."""
+    m = HYDRA_RE.match(v)
+    if not m:
+        return None
+    return dict(ref=m.group(2) == "r", r=int(m.group(1)) if m.group(1) else None, L=int(m.group(3)),
+                own=m.group(4) == "f", rows=int(m.group(5)) if m.group(5) else None)
+
+
+def int8_bytes(sd):
+    """Bytes of the weights in the int8 form (2-D: I8 + F32 scale per row; 1-D: F16)."""
+    n = 0
+    for t in sd.values():
+        n += t.numel() + 4 * t.size(0) if t.dim() == 2 else 2 * t.numel()
+    return n
 
 
 def parse_variant(v):
@@ -158,7 +258,13 @@ def main():
     ap.add_argument("--max-rank", type=int, default=10)
     ap.add_argument("--head-vocab", type=int, default=2048, help="rows of the f<L> variants' own projection")
     ap.add_argument("--eval-every", type=int, default=500)
+    ap.add_argument("--val-seconds", type=float, default=25, help="held-out generation budget")
+    ap.add_argument("--results", default="", help="also write summary.json, loss.csv and one export-<variant>.tar per exported variant here (the device call's $OUT)")
+    ap.add_argument("--smoke", action="store_true", help="tiny run of every stage (a crash shows in seconds)")
     a = ap.parse_args()
+    if a.smoke:
+        a.prompts, a.val_prompts, a.gen, a.gen_seconds, a.val_seconds = 3000, 256, 24, 3, 3
+        a.steps, a.max_seconds, a.eval_every, a.batch, a.gen_batch = 40, 10, 20, 64, 1024
     t0 = time.time()
     dev = "cuda"
     torch.manual_seed(17)
@@ -170,6 +276,7 @@ def main():
     docs = []
     for n in ("go", "english", "chat"):
         docs += [(n, d) for d in open(os.path.join(raw, n + ".txt"), encoding="utf-8").read().split(RS) if d.strip()]
+    shutil.rmtree(raw)
     rng.shuffle(docs)
     n_val = max(200, len(docs) // 50)
     val_docs, train_docs = docs[:n_val], docs[n_val:]
@@ -316,7 +423,7 @@ def main():
         return S, P, E, Sm, kept
 
     vrng, trng = random.Random(6), random.Random(5)
-    Sv, Pv, Ev, Smv, vkept = build(val_docs, a.val_prompts, vrng, 25, 0.0)  # held-out: greedy only
+    Sv, Pv, Ev, Smv, vkept = build(val_docs, a.val_prompts, vrng, a.val_seconds, 0.0)  # held-out: greedy only
     St, Pt, Et, Smt, _ = build(train_docs, a.prompts, trng, a.gen_seconds, a.sample_frac)
     if a.save_gen:
         torch.save({"St": St.to(torch.int16).cpu(), "Pt": Pt.cpu(), "Et": Et.cpu(), "Sv": Sv.to(torch.int16).cpu(),
@@ -331,20 +438,50 @@ def main():
     # FR-Spec rows: the head_vocab most frequent tokens (ties by lower id), in id order: what
     # medusa.frequentTokens picks from token_frequency.json.
     NV = min(a.head_vocab, V)
-    fr_ids = sorted(sorted(range(V), key=lambda i: (-counts[i], i))[:NV])
-    fr_ids_t = torch.tensor(fr_ids, device=dev)
-    row_of = torch.full((V,), -1, dtype=torch.int64, device=dev)
-    row_of[fr_ids_t] = torch.arange(NV, device=dev)
-    cover = sum(counts[i] for i in fr_ids) / max(1, sum(counts))
-    print(f"FR-Spec rows: the {NV} most frequent tokens cover {cover:.4f} of the greedy training continuations", flush=True)
+    by_freq = sorted(range(V), key=lambda i: (-counts[i], i))
+    fr_sets = {}  # N -> (row ids in id order, row_of: token -> row or -1, coverage)
+
+    def fr_rows(n):
+        n = min(n, V)
+        if n not in fr_sets:
+            ids = sorted(by_freq[:n])
+            ids_t = torch.tensor(ids, device=dev)
+            ro = torch.full((V,), -1, dtype=torch.int64, device=dev)
+            ro[ids_t] = torch.arange(n, device=dev)
+            cov = sum(counts[i] for i in ids) / max(1, sum(counts))
+            fr_sets[n] = (ids_t, ro, cov)
+            print(f"FR-Spec rows: the {n} most frequent tokens cover {cov:.4f} of the greedy training continuations", flush=True)
+        return fr_sets[n]
+    fr_ids_t, row_of, cover = fr_rows(NV)
 
     K = a.heads
     names = [v.strip() for v in a.variants.split(",") if v.strip()]
-    variants = {}
+    emb_w = target.model.embed_tokens.weight.detach()
+    with torch.no_grad():
+        hs = target.model(input_ids=St[:64, :64]).last_hidden_state
+        rms_h = hs.pow(2).mean().sqrt().item()
+        rms_e = emb_w.pow(2).mean().sqrt().item()
+        del hs
+    variants, hyd, vrows, sizes = {}, {}, {}, {}
     for v in names:
+        hy = parse_hydra(v)
+        if hy:
+            hyd[v] = hy
+            ids_t, ro, _ = fr_rows(hy["rows"] or NV)
+            vrows[v] = ro
+            variants[v] = HydraHeads(K, hy["L"], H, hy["r"], hy["ref"], lm_w[ids_t].clone(), hy["own"], emb_w, rms_h / rms_e).to(dev)
+            sizes[v] = int8_bytes(variants[v].state_dict())
+            print(f"variant {v}: Hydra {'reference' if hy['ref'] else 'compact r=%d' % hy['r']} layout, L={hy['L']}, "
+                  f"{'own' if hy['own'] else 'shared lm_head'} projection of {ids_t.numel()} rows: "
+                  f"{sum(p.numel() for p in variants[v].parameters())} trainable parameters, "
+                  f"int8 file {sizes[v]} bytes", flush=True)
+            continue
         own, L, kd = parse_variant(v)
         fr = v.startswith("f")
+        vrows[v] = row_of if fr else None
         variants[v] = make_heads(K, L, H, V, lm_w[fr_ids_t] if fr else lm_w, own).to(dev)
+        sizes[v] = int8_bytes(variants[v].state_dict())
+    print(f"hidden-row RMS {rms_h:.3f}, embedding RMS {rms_e:.4f}", flush=True)
     opts = {k: torch.optim.AdamW(m.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.0) for k, m in variants.items()}
     weights = [0.8 ** k for k in range(K)]
 
@@ -361,11 +498,16 @@ def main():
         y = m[k](x)
         return y if own else F.linear(y, lm_w)
 
-    def losses_of(v, hid, blog, lab, mks, train, want_rank=False):
+    def losses_of(v, S, hid, blog, lab, mks, train, want_rank=False):
         """Per-head losses (detached when train: each head's weighted loss is back-propagated at
         once, so only one head's graph is alive at a time) and, with want_rank, the label's rank."""
-        own, L, kd = parse_variant(v)
-        fr = v.startswith("f")
+        hy = hyd.get(v)
+        if hy:
+            own, kd = hy["own"], False
+        else:
+            own, L, kd = parse_variant(v)
+        ro = vrows[v]
+        fr = ro is not None
         m = variants[v]
         out, ranks = [], []
         for k in range(K):
@@ -374,9 +516,13 @@ def main():
             h = hid[:, : T - k - 2][mk]
             y = lab[:, k + 1: T - 1][mk]
             if fr:
-                y = row_of[y]  # -1: the label is not among the head's rows (skipped; a miss)
+                y = ro[y]  # -1: the label is not among the head's rows (skipped; a miss)
+            if hy:
+                # the path tokens x_{t+1} .. x_{t+k+1}, same row order as the boolean mask's
+                bi, ti = mk.nonzero(as_tuple=True)
+                toks = torch.stack([S[bi, ti + j] for j in range(1, k + 2)], 1)
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                lg = head_out(m, own, k, h)
+                lg = m.head(k, h, toks) if hy else head_out(m, own, k, h)
             lg = lg.float()
             # mean over the labels a head can express (all of them unless FR-Spec rows); never NaN
             loss = F.cross_entropy(lg, y, ignore_index=-1, reduction="sum") / (y >= 0).sum().clamp(min=1)
@@ -407,7 +553,7 @@ def main():
             hid, blog = base_rows(S)
             lab = blog.argmax(-1)
             mks = head_masks(P, E, S.size(1))
-            ls, rk = losses_of(v, hid, blog, lab, mks, False, want_rank=True)
+            ls, rk = losses_of(v, S, hid, blog, lab, mks, False, want_rank=True)
             for k in range(K_):
                 c = int(rk[k].numel())
                 tot[k] += ls[k].item() * c; a1[k] += (rk[k] < 1).sum().item(); a5[k] += (rk[k] < 5).sum().item(); a10[k] += (rk[k] < 10).sum().item(); n[k] += c
@@ -451,7 +597,7 @@ def main():
             for g_ in opts[v].param_groups:
                 g_["lr"] = cur
             opts[v].zero_grad(set_to_none=True)
-            ls, _ = losses_of(v, hid, blog, lab, mks, True)
+            ls, _ = losses_of(v, S, hid, blog, lab, mks, True)
             opts[v].step()
             if step % 10 == 0:
                 for k in range(K):
@@ -466,6 +612,9 @@ def main():
                 w.writerow([step, v] + [f"{x:.4f}" for x in ema[v]] +
                            ([f"{r['acc1']:.4f}" for r in ev[v]] if ev else [""] * K) + [f"{el:.1f}"])
             f.flush()
+            if ev and a.results:  # partial results survive a killed run
+                os.makedirs(a.results, exist_ok=True)
+                shutil.copy(os.path.join(W, "loss.csv"), os.path.join(a.results, "loss.csv"))
             if ev or step % 100 == 0:
                 print(f"step {step}/{total} {el:.0f}s " + " | ".join(
                     f"[{v}] loss " + " ".join(f"{x:.3f}" for x in ema[v]) +
@@ -476,73 +625,10 @@ def main():
                     total = max(step + 20, est)
                     print(f"time budget: schedule shortened to {total} steps", flush=True)
     f.close()
-    after, trees, ceilings = {}, {}, {}
-    for v in variants:
-        res, rows = evaluate(v, with_tree=True)
-        paths, tau = greedy_tree(rows, a.tree_nodes)
-        after[v], trees[v] = res, (paths, tau)
-        _, tau_all = greedy_tree(rows, 10 ** 9)
-        res_ceiling = tau_all[-1] if tau_all else 1.0
-        ceilings[v] = res_ceiling
-        print(f"after [{v}]: " + " ".join(f"h{k} acc@1 {r['acc1']:.3f} @5 {r['acc5']:.3f}" for k, r in enumerate(res)), flush=True)
-        print(f"  expected tau (held-out greedy continuations, {len(rows)} positions) by tree size: " +
-              " ".join(f"{n}:{tau[n-1]:.3f}" for n in (1, 4, 8, 16, 32, 64) if n <= len(tau)) +
-              f"; every path of top-{a.max_rank} ranks ({len(tau_all)} nodes): {ceilings[v]:.3f}", flush=True)
-        # the ceiling: how often the label is anywhere in head k's top-r (r = 1, 5, 10)
-    summary = {"heads": K, "variants": names, "steps": step, "batch_sequences": a.batch, "lr": a.lr,
-               "train_sequences": int(St.size(0)), "train_sampled_sequences": int(Smt.sum()),
-               "train_generated_tokens": int(((pos >= Pt[:, None]) & (pos < Et[:, None])).sum()),
-               "heldout_sequences": int(Sv.size(0)), "gen_tokens_per_prompt": a.gen,
-               "sample_temp": a.sample_temp, "seconds_train": time.time() - t1, "seconds_total": time.time() - t0,
-               "before": before, "after": after,
-               "expected_tau": {v: {str(n): trees[v][1][n - 1] for n in range(1, len(trees[v][1]) + 1)} for v in variants},
-               "expected_tau_every_path_top_rank": {v: ceilings[v] for v in variants}, "max_rank": a.max_rank,
-               "head_vocab": NV, "head_vocab_coverage": cover,
-               "gpu": torch.cuda.get_device_name()}
-    json.dump(summary, open(os.path.join(W, "summary.json"), "w"), indent=2)
-    for v in variants:
-        own, L, kd = parse_variant(v)
-        fr = v.startswith("f")
-        if own and not fr:
-            continue
-        od = os.path.join(W_out, v)
-        os.makedirs(od, exist_ok=True)
-        sd = {k: t.detach().to(torch.float16).contiguous().clone() for k, t in variants[v].state_dict().items()}
-        save_file(sd, os.path.join(od, "medusa_lm_head.safetensors"), metadata={"format": "pt"})
-        sg = {"share_lm_head": not fr, "token_frequency": "token_frequency.json"}
-        if fr:
-            sg["head_vocab"] = NV
-        sg.update({"tree": trees[v][0], "nodes": min(16, len(trees[v][0]))})
-        cfg = {"architectures": ["MedusaModel"], "medusa_num_heads": K, "medusa_num_layers": L,
-               "base_model_name_or_path": a.base_name, "hidden_size": H, "vocab_size": V, "torch_dtype": "float16",
-               "specgate": sg}
-        json.dump(cfg, open(os.path.join(od, "config.json"), "w"), indent=2)
-        json.dump({"source": f"greedy continuations of the training prompts by {a.base_name}", "counts": counts},
-                  open(os.path.join(od, "token_frequency.json"), "w"))
-        s2 = dict(summary); s2["variant"] = v
-        json.dump(s2, open(os.path.join(od, "train_summary.json"), "w"), indent=2)
-        rows = list(csv.reader(open(os.path.join(W, "loss.csv"))))
-        with open(os.path.join(od, "loss.csv"), "w", newline="") as g:
-            cw = csv.writer(g)
-            cw.writerow(rows[0])
-            for r in rows[1:]:
-                if r[1] == v:
-                    cw.writerow(r)
-    with open(os.path.join(W_out, "heldout_prompts.txt"), "w", encoding="utf-8") as hf:
-        hf.write("# Held-out prompts: the text of the first 2..48 tokens from a line start of documents that\n"
-                 "# tools/train/medusa.py held out from head training.\n")
-        seen = 0
-        for kind, ids, cut, text in vkept:
-            body = text[:cut]
-            if not body.strip() or "\n" in body.rstrip("\n") and kind != "chat":
-                body = body.split("\n")[0]
-            body = body.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
-            if not body.strip():
-                continue
-            hf.write(("code" if kind == "go" else "text") + "\t" + body + "\n")
-            seen += 1
-            if seen >= 400:
-                break
+    res_dir = a.results
+    if res_dir:
+        os.makedirs(res_dir, exist_ok=True)
+        shutil.copy(os.path.join(W, "loss.csv"), os.path.join(res_dir, "loss.csv"))
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -561,14 +647,115 @@ def main():
                     ax[1].plot(*zip(*acc), style + "o", color=f"C{k}", label=f"head {k} ({v})" if vi == 0 or k == 0 else None)
         ax[0].set_xlabel("step"); ax[0].set_ylabel("train loss (nats)"); ax[0].legend(fontsize=6); ax[0].grid(alpha=.3)
         ax[1].set_xlabel("step"); ax[1].set_ylabel("held-out accuracy@1"); ax[1].legend(fontsize=6); ax[1].grid(alpha=.3)
-        fig.suptitle("Medusa heads on " + a.base_name + " (" + ", ".join(variants) + ")")
+        fig.suptitle(("Hydra/Medusa" if hyd else "Medusa") + " heads on " + a.base_name + " (" + ", ".join(variants) + ")")
         fig.tight_layout()
-        fig.savefig(os.path.join(W, "loss.png"), dpi=100)
-        for v in variants:
-            if os.path.isdir(os.path.join(W_out, v)):
-                fig.savefig(os.path.join(W_out, v, "loss.png"), dpi=100)
+        fig.savefig(os.path.join(W, "loss.png"), dpi=80)
     except Exception as e:
         print("plot skipped:", e)
+    summary = {"heads": K, "variants": names, "steps": step, "batch_sequences": a.batch, "lr": a.lr,
+               "train_sequences": int(St.size(0)), "train_sampled_sequences": int(Smt.sum()),
+               "train_generated_tokens": int(((pos >= Pt[:, None]) & (pos < Et[:, None])).sum()),
+               "heldout_sequences": int(Sv.size(0)), "gen_tokens_per_prompt": a.gen,
+               "sample_temp": a.sample_temp, "seconds_train": time.time() - t1,
+               "before": before, "after": {}, "expected_tau": {}, "expected_tau_every_path_top_rank": {},
+               "max_rank": a.max_rank, "head_vocab": NV, "head_vocab_coverage": cover,
+               "head_vocab_coverage_by_rows": {str(n): c for n, (_, _, c) in fr_sets.items()},
+               "int8_bytes": sizes, "gpu": torch.cuda.get_device_name()}
+
+    def dump_summary():
+        summary["seconds_total"] = time.time() - t0
+        json.dump(summary, open(os.path.join(W, "summary.json"), "w"), indent=2)
+        if res_dir:
+            shutil.copy(os.path.join(W, "summary.json"), os.path.join(res_dir, "summary.json"))
+
+    def export(v, res, paths, tau):
+        hy = hyd.get(v)
+        if hy:
+            own, L, fr = hy["own"], hy["L"], True
+            n_rows = min(hy["rows"] or NV, V)
+        else:
+            own, L, kd = parse_variant(v)
+            fr = v.startswith("f")
+            n_rows = NV
+            if own and not fr:
+                return
+        od = os.path.join(W_out, v)
+        os.makedirs(od, exist_ok=True)
+        sd = {k: t.detach().to(torch.float16).contiguous().clone() for k, t in variants[v].state_dict().items()}
+        sg = {"share_lm_head": not (own if hy else fr)}
+        if fr:
+            sg["head_vocab"] = n_rows
+        if hy:
+            save_file(sd, os.path.join(od, "hydra_lm_head.safetensors"), metadata={"format": "pt"})
+            sg["token_frequency"] = "head_token_frequency.json"
+            if not hy["ref"]:
+                sg["embed_dim"] = hy["r"]
+            sg.update({"tree": paths, "nodes": min(16, len(paths))})
+            cfg = {"architectures": ["HydraModel"], "base_model_name_or_path": a.base_name, "hidden_size": H,
+                   "vocab_size": V, "hydra_num_heads": K, "hydra_num_layers": L, "hydra_head_arch": "mlp",
+                   "grounded_heads": True, "torch_dtype": "float16", "specgate": sg}
+            tf = "head_token_frequency.json"
+        else:
+            save_file(sd, os.path.join(od, "medusa_lm_head.safetensors"), metadata={"format": "pt"})
+            sg["token_frequency"] = "token_frequency.json"
+            sg.update({"tree": paths, "nodes": min(16, len(paths))})
+            cfg = {"architectures": ["MedusaModel"], "medusa_num_heads": K, "medusa_num_layers": L,
+                   "base_model_name_or_path": a.base_name, "hidden_size": H, "vocab_size": V, "torch_dtype": "float16",
+                   "specgate": sg}
+            tf = "token_frequency.json"
+        json.dump(cfg, open(os.path.join(od, "config.json"), "w"), indent=2)
+        json.dump({"source": f"greedy continuations of the training prompts by {a.base_name}", "counts": counts},
+                  open(os.path.join(od, tf), "w"))
+        s2 = {k: x for k, x in summary.items() if k not in ("before", "after", "expected_tau", "expected_tau_every_path_top_rank", "int8_bytes")}
+        s2.update({"variant": v, "before": before[v], "after": res, "int8_bytes": sizes[v],
+                   "expected_tau": {str(n): tau[n - 1] for n in range(1, len(tau) + 1)},
+                   "expected_tau_every_path_top_rank": summary["expected_tau_every_path_top_rank"][v],
+                   "seconds_total": time.time() - t0})
+        json.dump(s2, open(os.path.join(od, "train_summary.json"), "w"), indent=2)
+        rows = list(csv.reader(open(os.path.join(W, "loss.csv"))))
+        with open(os.path.join(od, "loss.csv"), "w", newline="") as g:
+            cw = csv.writer(g)
+            cw.writerow(rows[0])
+            for r in rows[1:]:
+                if r[1] == v:
+                    cw.writerow(r)
+        if os.path.exists(os.path.join(W, "loss.png")):
+            shutil.copy(os.path.join(W, "loss.png"), os.path.join(od, "loss.png"))
+        # a returned file may hold 16 MiB: only shippable sizes travel back as weights
+        if res_dir and sizes[v] <= 4_000_000:
+            with tarfile.open(os.path.join(res_dir, f"export-{v}.tar"), "w") as tf_:
+                tf_.add(od, arcname=v)
+            print(f"exported {v} to {res_dir}/export-{v}.tar", flush=True)
+
+    for v in variants:
+        res, rows = evaluate(v, with_tree=True)
+        paths, tau = greedy_tree(rows, a.tree_nodes)
+        _, tau_all = greedy_tree(rows, 10 ** 9)
+        ceiling = tau_all[-1] if tau_all else 1.0
+        summary["after"][v] = res
+        summary["expected_tau"][v] = {str(n): tau[n - 1] for n in range(1, len(tau) + 1)}
+        summary["expected_tau_every_path_top_rank"][v] = ceiling
+        print(f"after [{v}]: " + " ".join(f"h{k} acc@1 {r['acc1']:.3f} @5 {r['acc5']:.3f}" for k, r in enumerate(res)), flush=True)
+        print(f"  expected tau (held-out greedy continuations, {len(rows)} positions) by tree size: " +
+              " ".join(f"{n}:{tau[n-1]:.3f}" for n in (1, 4, 8, 16, 32, 64) if n <= len(tau)) +
+              f"; every path of top-{a.max_rank} ranks ({len(tau_all)} nodes): {ceiling:.3f}; int8 {sizes[v]} bytes", flush=True)
+        dump_summary()
+        export(v, res, paths, tau)
+    with open(os.path.join(W_out, "heldout_prompts.txt"), "w", encoding="utf-8") as hf:
+        hf.write("# Held-out prompts: the text of the first 2..48 tokens from a line start of documents that\n"
+                 "# tools/train/medusa.py held out from head training.\n")
+        seen = 0
+        for kind, ids, cut, text in vkept:
+            body = text[:cut]
+            if not body.strip() or "\n" in body.rstrip("\n") and kind != "chat":
+                body = body.split("\n")[0]
+            body = body.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+            if not body.strip():
+                continue
+            hf.write(("code" if kind == "go" else "text") + "\t" + body + "\n")
+            seen += 1
+            if seen >= 400:
+                break
     print(f"done {time.time()-t0:.0f}s", flush=True)
 
 
