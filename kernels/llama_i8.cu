@@ -25,7 +25,9 @@ __device__ __forceinline__ float i8f(u32 w, int b) {
 // pdl_wait overlap instead of following each other in the norm warps
 // (the same code per token: same bits). SGS: staging loads per thread
 // issued together (GEMV_STAGE_GS; 8 stages a 5632-wide row in one round).
-template <int M, int NORM, int SPLIT = 0, int SGS = GEMV_STAGE_GS>
+// CW: columns per weight chunk (16 int8; 32 for the int4 chunks, whose
+// 8 float4 pieces are stored at m*K/4 + j*(K/32) + c the same way).
+template <int M, int NORM, int SPLIT = 0, int SGS = GEMV_STAGE_GS, int CW = 16>
 __device__ __forceinline__ void gemv_stage_i8(const float* __restrict__ X, const int* __restrict__ xrow,
                                               const f16* __restrict__ nw, float eps, int K, float* xs, float* scale) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
@@ -53,7 +55,8 @@ __device__ __forceinline__ void gemv_stage_i8(const float* __restrict__ X, const
       if (lane == 0) scale[m] = rsqrtf(ss / (float)K + eps);
     }
   }
-  const int nvec = K >> 4;
+  constexpr int CWS = CW == 32 ? 5 : 4;  // log2(CW)
+  const int nvec = K >> CWS;
 #pragma unroll
   for (int m = 0; m < M; m++) {
     if (CAN_SPLIT && warp >= sw) break;
@@ -79,7 +82,7 @@ __device__ __forceinline__ void gemv_stage_i8(const float* __restrict__ X, const
           const float2 g0 = h2x2(g[i].x), g1 = h2x2(g[i].y);
           v[i].x *= g0.x; v[i].y *= g0.y; v[i].z *= g1.x; v[i].w *= g1.y;
         }
-        dst[((k >> 2) & 3) * nvec + (k >> 4)] = v[i];
+        dst[((k >> 2) & (CW / 4 - 1)) * nvec + (k >> CWS)] = v[i];
       }
     }
   }
@@ -361,5 +364,211 @@ extern "C" __global__ void fill_random_i8(signed char* w, float* ws, long long n
     z ^= z >> 31;
     w[i] = (signed char)((int)((z >> 40) % 255u) - 127);
     if (i < rows) ws[i] = scale / 127.f;
+  }
+}
+
+// ---- int4 weight-only, group-wise (issue #15 point 5) ----
+// A row of K weights is K/32 groups of 32; group g of row n holds
+// q[n][32g + i] in [-7, 7] and one fp16 scale S[n][g]: W[n][k] ~
+// S[n][k/32] * q[n][k]. Stored as bytes: byte j of a row holds column 2j
+// in its low nibble and 2j+1 in its high one, each as q + 8 (1..15); one
+// 16-byte chunk is one group. A lane reads a chunk and its scale, turns
+// the nibbles into floats exactly (mask, one PRMT into the mantissa of
+// 2^23, one FADD), sums the group's 32 products in a fixed order and adds
+// the group sum times its scale (one FMA) to the row's accumulator: the
+// same order for every batch size (batch invariance as in the int8 and
+// fp16 GEMVs). Inputs are staged as gemv_stage_i8 with CW = 32.
+
+__device__ __forceinline__ float i4f(u32 w, int b) {
+  return __int_as_float(__byte_perm(w, 0x4B000000u, 0x7540 | b)) - 8388616.f;
+}
+
+// gemv_dot_i4: the group sum of chunk c times the inputs of row m,
+// returned per row in g[m] (then scaled by the caller).
+template <int M>
+__device__ __forceinline__ void gemv_dot_i4(const uint4 w, const float* xs, int K, int c, float sc, float (&acc)[M]) {
+  const u32 a[4] = {w.x, w.y, w.z, w.w};
+  float f[32];
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const u32 lo = a[i] & 0x0F0F0F0Fu, hi = (a[i] >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+    for (int b = 0; b < 4; b++) {
+      f[8 * i + 2 * b] = i4f(lo, b);
+      f[8 * i + 2 * b + 1] = i4f(hi, b);
+    }
+  }
+  const int nvec = K >> 5;
+#pragma unroll
+  for (int m = 0; m < M; m++) {
+    const float4* x = (const float4*)(xs + m * K) + c;
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const float4 v = x[j * nvec];
+      s = fmaf(f[4 * j], v.x, s);
+      s = fmaf(f[4 * j + 1], v.y, s);
+      s = fmaf(f[4 * j + 2], v.z, s);
+      s = fmaf(f[4 * j + 3], v.w, s);
+    }
+    acc[m] = fmaf(s, sc, acc[m]);
+  }
+}
+
+// gemv_i4: gemv_i8 (same modes, launch shape, staging and epilogue; no
+// row scale) over int4 weights W [N][K/2] bytes with fp16 group scales GS
+// [N][K/32]. K must be a multiple of 32; D chunks per lane and row in
+// flight; the first unit's chunks and scales are loaded before pdl_wait.
+template <int M, int NORM, int MODE, int D>
+__device__ void gemv_i4(const unsigned char* __restrict__ W, const unsigned short* __restrict__ GS,
+                        const float* __restrict__ X, const int* __restrict__ xrow, const f16* __restrict__ nw, float eps,
+                        float* __restrict__ Y, int N, int K, int upb, RopeArgs ra) {
+  extern __shared__ float4 smem4[];
+  float* xs = (float*)smem4;
+  __shared__ float scale[M];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
+  constexpr int R = MODE >= 2 ? 2 : 1;
+  const int units = MODE >= 2 ? N / 2 : N;
+  const int u0 = blockIdx.x * upb, u1 = min(units, u0 + upb);
+  const int nvec = K >> 5;
+  uint4 q[R][D];
+  unsigned short qs[R][D];
+  bool loaded = false;
+  {
+    const int u = u0 + warp;
+    if (u < u1) {
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        const uint4* wr = (const uint4*)(W + (size_t)(u * R + r) * (K >> 1));
+        const unsigned short* sr = GS + (size_t)(u * R + r) * nvec;
+#pragma unroll
+        for (int i = 0; i < D; i++)
+          if (lane + 32 * i < nvec) {
+            q[r][i] = ldg_stream(wr + lane + 32 * i);
+            qs[r][i] = sr[lane + 32 * i];
+          }
+      }
+      loaded = true;
+    }
+  }
+  pdl_trigger();
+  int mpos, mslot;
+  gemv_rope_meta<M, MODE>(ra, lane, mpos, mslot);
+  pdl_wait();
+  gemv_stage_i8<M, NORM, NORM, GEMV_STAGE_GS, 32>(X, xrow, nw, eps, K, xs, scale);
+  float wsc[R];  // no row scale: the group scales are applied per chunk
+#pragma unroll
+  for (int r = 0; r < R; r++) wsc[r] = 1.f;
+  for (int u = u0 + warp; u < u1; u += nwarps) {
+    float yold[M];
+    if (MODE == 1 && lane == 0) {
+#pragma unroll
+      for (int m = 0; m < M; m++) yold[m] = Y[(size_t)m * N + u];
+    }
+    const float minv = gemv_rope_freq<M, MODE>(ra, lane, u);
+    float acc[2][M];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+      for (int m = 0; m < M; m++) acc[r][m] = 0.f;
+    for (int v = lane; v < nvec; v += 32 * D) {
+      if (!loaded) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          const uint4* wr = (const uint4*)(W + (size_t)(u * R + r) * (K >> 1));
+          const unsigned short* sr = GS + (size_t)(u * R + r) * nvec;
+#pragma unroll
+          for (int i = 0; i < D; i++)
+            if (v + 32 * i < nvec) {
+              q[r][i] = ldg_stream(wr + v + 32 * i);
+              qs[r][i] = sr[v + 32 * i];
+            }
+        }
+      }
+      loaded = false;
+#pragma unroll
+      for (int i = 0; i < D; i++) {
+        if (v + 32 * i >= nvec) break;
+#pragma unroll
+        for (int r = 0; r < R; r++)
+          gemv_dot_i4<M>(q[r][i], xs, K, v + 32 * i, h2f(qs[r][i]), acc[r]);
+      }
+    }
+    loaded = false;
+    gemv_i8_finish<M, NORM, MODE, R>(acc, wsc, scale, yold, u, lane, Y, N, units, ra, mpos, mslot, minv);
+  }
+}
+
+#define GEMV_I4_ARGS                                                                                             \
+  const unsigned char *W, const unsigned short *GS, const float *X, const int *xrow, const f16 *nw, float eps, \
+      float *Y, int N, int K, int upb
+#define GEMV_I4_INST(M)                                                                                      \
+  extern "C" __global__ void __launch_bounds__(256) gemv_i4_norm_m##M(GEMV_I4_ARGS) {                        \
+    gemv_i4<M, 1, 0, 4>(W, GS, X, xrow, nw, eps, Y, N, K, upb, NO_ROPE);                                     \
+  }                                                                                                          \
+  extern "C" __global__ void __launch_bounds__(256) gemv_i4_resid_m##M(GEMV_I4_ARGS) {                       \
+    gemv_i4<M, 0, 1, 6>(W, GS, X, xrow, nw, eps, Y, N, K, upb, NO_ROPE);                                     \
+  }                                                                                                          \
+  extern "C" __global__ void __launch_bounds__(256) gemv_i4_plain_m##M(GEMV_I4_ARGS) {                       \
+    gemv_i4<M, 0, 0, 4>(W, GS, X, xrow, nw, eps, Y, N, K, upb, NO_ROPE);                                     \
+  }                                                                                                          \
+  extern "C" __global__ void __launch_bounds__(256) gemv_i4_swiglu_m##M(GEMV_I4_ARGS) {                      \
+    gemv_i4<M, 1, 2, 4>(W, GS, X, xrow, nw, eps, Y, N, K, upb, NO_ROPE);                                     \
+  }                                                                                                          \
+  extern "C" __global__ void __launch_bounds__(256) gemv_i4_qkv_rope_m##M(                                   \
+      GEMV_I4_ARGS, const int* pos, const int* slots, const float* inv_freq, float* kc, float* vc, int nh,    \
+      int nkv, int hd) {                                                                                     \
+    gemv_i4<M, 1, 3, 4>(W, GS, X, xrow, nw, eps, Y, N, K, upb, RopeArgs{pos, slots, inv_freq, kc, vc, nh, nkv, hd}); \
+  }
+GEMV_I4_INST(1)
+GEMV_I4_INST(2)
+GEMV_I4_INST(3)
+GEMV_I4_INST(4)
+GEMV_I4_INST(5)
+GEMV_I4_INST(6)
+GEMV_I4_INST(7)
+GEMV_I4_INST(8)
+
+// dequant_i4_f16: out[n][k] = f16(S[n][k/32] * q[n][k]) for the cuBLAS
+// path (batches above GemvMaxM tokens). Each thread converts one 32-weight
+// group. Grid-stride over N*K/32 groups.
+extern "C" __global__ void dequant_i4_f16(const unsigned char* __restrict__ W, const unsigned short* __restrict__ GS,
+                                          f16* __restrict__ out, int N, int K) {
+  pdl_trigger();
+  pdl_wait();
+  const long long groups = (long long)N * (K >> 5);
+  for (long long g = blockIdx.x * (long long)blockDim.x + threadIdx.x; g < groups;
+       g += (long long)gridDim.x * blockDim.x) {
+    const float s = h2f(GS[g]);
+    const uint4 w = ((const uint4*)W)[g];
+    const u32 a[4] = {w.x, w.y, w.z, w.w};
+    u32 h[16];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const u32 lo = a[i] & 0x0F0F0F0Fu, hi = (a[i] >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+      for (int b = 0; b < 4; b++)
+        h[4 * i + b] = (u32)f2h(s * i4f(lo, b)) | ((u32)f2h(s * i4f(hi, b)) << 16);
+    }
+    uint4* o = (uint4*)(out + g * 32);
+#pragma unroll
+    for (int j = 0; j < 4; j++) o[j] = make_uint4(h[4 * j], h[4 * j + 1], h[4 * j + 2], h[4 * j + 3]);
+  }
+}
+
+// fill_random_i4: random int4 weights for benchmarks: nibbles uniform in
+// [1, 15] (q in [-7, 7]) from a hash of (seed, byte), group scales
+// f16(scale / 7), so W ~ scale * uniform(-1, 1) like fill_random_f16.
+extern "C" __global__ void fill_random_i4(unsigned char* w, unsigned short* gs, long long nbytes, long long groups,
+                                          unsigned long long seed, float scale) {
+  const unsigned short s = f2h(scale / 7.f);
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < nbytes; i += (long long)gridDim.x * blockDim.x) {
+    unsigned long long z = seed + (unsigned long long)i * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const unsigned lo = 1 + (unsigned)((z >> 40) % 15u), hi = 1 + (unsigned)((z >> 20) % 15u);
+    w[i] = (unsigned char)(lo | (hi << 4));
+    if (i < groups) gs[i] = s;
   }
 }

@@ -42,7 +42,7 @@ func runBenchDecode(args []string) error {
 	devArgmax := fs.Bool("device-argmax", true, "cuda: greedy token by argmax on the device (4 bytes back per step instead of the logits)")
 	pdl := fs.Bool("pdl", true, "cuda: programmatic dependent launch (kernels start during their predecessor's tail)")
 	prefillReps := fs.Int("prefill-reps", 3, "prefill timings after the first (warm-up) prefill; the median is printed")
-	quantize := fs.String("quantize", "", "weight format of the projections and LM head: \"\" (as stored: fp16 on cuda) or int8 (weight-only, per-row scales)")
+	quantize := fs.String("quantize", "", "weight format of the projections and LM head: \"\" (as stored: fp16 on cuda), int8 (weight-only, per-row scales) or, cuda only, int4 (weight-only, groups of 32 columns with fp16 scales)")
 	multi := fs.Int("steps-per-call", 1, "cuda: greedy steps per host round trip (multi-step decoding, DecodeGreedy; 1 = one Forward per token)")
 	if err := fs.Parse(args); err != nil {
 		return err

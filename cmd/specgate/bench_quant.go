@@ -12,7 +12,7 @@ import (
 )
 
 func init() {
-	register("bench-quant", "int8 weight-only accuracy: logits and greedy tokens of a model in int8 vs its unquantized weights (cuda: fp16; cpu: float32)", runBenchQuant)
+	register("bench-quant", "int8 (or, cuda only, int4) weight-only accuracy: logits and greedy tokens of a model quantized vs its unquantized weights (cuda: fp16; cpu: float32)", runBenchQuant)
 }
 
 // quantStats accumulates the comparison of one backend's logits rows with a
@@ -52,6 +52,7 @@ func runBenchQuant(args []string) error {
 	prompts := fs.Int("prompts", 200, "prompts from speculative/testdata/prompts.txt")
 	tokens := fs.Int("tokens", 32, "greedy tokens per prompt (teacher-forced and free-running)")
 	threads := fs.Int("threads", 0, "CPU backend threads (0 = GOMAXPROCS)")
+	quant := fs.String("quantize", engine.QuantInt8, "int8, or int4 (group-wise, 32 columns per fp16 scale; --backend cuda only)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -59,11 +60,21 @@ func runBenchQuant(args []string) error {
 	if *prompts < 1 || *prompts > len(all) || *tokens < 1 || *tokens > 1024 {
 		return fmt.Errorf("bench-quant: --prompts in [1, %d], --tokens in [1, 1024]", len(all))
 	}
+	switch {
+	case *quant == engine.QuantInt8:
+	case *quant == cuda.QuantInt4 && *backend == "cuda":
+	default:
+		return fmt.Errorf("bench-quant: --quantize %q with --backend %s: want int8, or int4 on cuda", *quant, *backend)
+	}
 	load := func(quant string) (*engine.Model, error) {
 		lo := engine.LoadOptions{DisablePrefixCache: true, Quantize: quant, Threads: *threads}
 		switch *backend {
 		case "cuda":
-			lo.NewBackend = cuda.Factory(cuda.Options{}.WithEnv(os.Getenv))
+			opt := cuda.Options{}.WithEnv(os.Getenv)
+			if quant == cuda.QuantInt4 { // the backend quantizes at upload
+				lo.Quantize, opt.Quantize = "", quant
+			}
+			lo.NewBackend = cuda.Factory(opt)
 		case "cpu":
 		default:
 			return nil, fmt.Errorf("bench-quant: --backend %q: want cuda or cpu", *backend)
@@ -75,7 +86,7 @@ func runBenchQuant(args []string) error {
 		return err
 	}
 	defer ref.Close()
-	q, err := load(engine.QuantInt8)
+	q, err := load(*quant)
 	if err != nil {
 		return err
 	}
@@ -173,13 +184,17 @@ func runBenchQuant(args []string) error {
 	if *backend == "cpu" {
 		refName = "float32"
 	}
-	fmt.Printf("bench-quant: %s, %s backend, int8 weight-only (per-row scales) vs %s weights; %d prompts x %d greedy tokens\n",
-		*model, *backend, refName, st.prompts, *tokens)
+	format := "int8 weight-only (per-row scales)"
+	if *quant == cuda.QuantInt4 {
+		format = "int4 weight-only (groups of 32, fp16 scales)"
+	}
+	fmt.Printf("bench-quant: %s, %s backend, %s vs %s weights; %d prompts x %d greedy tokens\n",
+		*model, *backend, format, refName, st.prompts, *tokens)
 	fmt.Printf("logits (%d rows: every prompt position + teacher-forced decode steps): max |Δ| %.4g, mean |Δ| %.4g (mean |logit| %.4g); top-1 agreement %.2f%% (%d/%d rows)\n",
 		st.rows, st.maxAbs, st.sumAbs/float64(st.elems), st.sumRef/float64(st.elems), 100*float64(st.top1)/float64(st.rows), st.top1, st.rows)
-	fmt.Printf("greedy, teacher-forced (int8 argmax vs the %s greedy token, same context): %.2f%% of %d tokens\n",
-		refName, 100*float64(st.tfSame)/float64(st.tfTokens), st.tfTokens)
-	fmt.Printf("greedy, free-running (int8 decodes its own tokens): %.2f%% of %d tokens equal at their position; %.2f%% before the first divergence; %d of %d continuations identical\n",
-		100*float64(st.frSame)/float64(st.frTokens), st.frTokens, 100*float64(st.frPrefix)/float64(st.frTokens), st.frEqual, st.prompts)
+	fmt.Printf("greedy, teacher-forced (%s argmax vs the %s greedy token, same context): %.2f%% of %d tokens\n",
+		*quant, refName, 100*float64(st.tfSame)/float64(st.tfTokens), st.tfTokens)
+	fmt.Printf("greedy, free-running (%s decodes its own tokens): %.2f%% of %d tokens equal at their position; %.2f%% before the first divergence; %d of %d continuations identical\n",
+		*quant, 100*float64(st.frSame)/float64(st.frTokens), st.frTokens, 100*float64(st.frPrefix)/float64(st.frTokens), st.frEqual, st.prompts)
 	return nil
 }

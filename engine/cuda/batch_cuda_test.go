@@ -48,8 +48,11 @@ func batchShapes(t *testing.T, quant string) {
 	w := engine.RandomWeights(cfg, r.Uint64())
 	roundF16(w)
 	cw := w
-	if quant == engine.QuantInt8 {
+	switch quant {
+	case engine.QuantInt8:
 		cw = int8Reference(t, cfg, w)
+	case QuantInt4:
+		cw = int4Reference(t, cfg, w)
 	}
 	cpu, err := engine.NewCPUBackend(cfg, cw, slots, 0)
 	if err != nil {

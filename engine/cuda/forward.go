@@ -561,8 +561,8 @@ func (b *Backend) run(c *kernels.Ctx, T, R int, lay metaLayout, argmax bool) err
 				return fmt.Errorf("layer %d qkv+rope: %w", l, err)
 			}
 		} else if fused && ly.wqkv.s != 0 {
-			if err := c.GemvI8QKVRope(ly.wqkv.w, ly.wqkv.s, b.x, 0, ly.attnNorm, b.eps, b.qkv, mp(lay.pos), mp(lay.slots), b.inv,
-				kc, vc, T, H, nh, nkv, hd); err != nil {
+			if err := b.qkvRopeQ(c, ly.wqkv, b.x, ly.attnNorm, b.qkv, mp(lay.pos), mp(lay.slots), b.inv,
+				kc, vc, T, H, nh, nkv, hd); err != nil { // int8 or int4 (quant.go)
 				return fmt.Errorf("layer %d qkv+rope: %w", l, err)
 			}
 		} else {

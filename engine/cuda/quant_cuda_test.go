@@ -29,6 +29,43 @@ func int8Reference(t testing.TB, cfg engine.Config, w *engine.Weights) *engine.W
 	return out
 }
 
+// int4Reference is int8Reference for int4 weights: the projections and LM
+// head replaced by their group-wise int4 round trip (model.QuantizeI4,
+// model.DequantizeI4: the values the int4 GPU backend computes with).
+func int4Reference(t testing.TB, cfg engine.Config, w *engine.Weights) *engine.Weights {
+	t.Helper()
+	rt := func(v model.Tensor) model.Tensor {
+		p, s, err := model.QuantizeI4(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return model.NewF32(model.DequantizeI4(p, s, v.Rows(), v.Cols()), v.Shape...)
+	}
+	out := &engine.Weights{Embed: w.Embed, Norm: w.Norm, LMHead: rt(w.LMHead), Layers: make([]engine.LayerWeights, len(w.Layers))}
+	for i, l := range w.Layers {
+		out.Layers[i] = engine.LayerWeights{AttnNorm: l.AttnNorm, MLPNorm: l.MLPNorm,
+			Wq: rt(l.Wq), Wk: rt(l.Wk), Wv: rt(l.Wv), Wo: rt(l.Wo), WGate: rt(l.WGate), WUp: rt(l.WUp), WDown: rt(l.WDown),
+			Bq: l.Bq, Bk: l.Bk, Bv: l.Bv}
+	}
+	return out
+}
+
+// int4Configs are the test configs whose hidden size and q dim are
+// multiples of 32, the intermediate size rounded up to one (int4 rows are
+// read in groups of 32).
+func int4Configs() map[string]engine.Config {
+	cs := configs()
+	for k, c := range cs {
+		if c.HiddenSize%32 != 0 || c.QDim()%32 != 0 {
+			delete(cs, k)
+			continue
+		}
+		c.IntermediateSize = (c.IntermediateSize + 31) / 32 * 32
+		cs[k] = c
+	}
+	return cs
+}
+
 // int8Configs are the test configs with the intermediate size rounded up
 // to a multiple of 16 (int8 rows are read in 16-byte chunks).
 func int8Configs() map[string]engine.Config {
@@ -47,18 +84,30 @@ func int8Configs() map[string]engine.Config {
 // within the fp16 path's 5e-3. Greedy tokens agree wherever the CPU's
 // choice is not a near-tie.
 func TestInt8ForwardMatchesCPU(t *testing.T) {
-	for name, cfg := range int8Configs() {
+	quantForwardMatchesCPU(t, engine.QuantInt8, int8Configs(), int8Reference)
+}
+
+// The int4 GPU backend against the CPU backend running the dequantized
+// int4 weights (model.DequantizeI4 of model.QuantizeI4: the group scales
+// as fp16, as the GPU stores them), with the int8 test's tolerances.
+func TestInt4ForwardMatchesCPU(t *testing.T) {
+	quantForwardMatchesCPU(t, QuantInt4, int4Configs(), int4Reference)
+}
+
+func quantForwardMatchesCPU(t *testing.T, quant string, cfgs map[string]engine.Config,
+	reference func(testing.TB, engine.Config, *engine.Weights) *engine.Weights) {
+	for name, cfg := range cfgs {
 		for _, opt := range []Options{{}, {NoCUBLAS: true}, {NoGraphs: true}} {
 			t.Run(name, func(t *testing.T) {
 				r := rand.New(rand.NewPCG(rand.Uint64(), 21))
 				w := engine.RandomWeights(cfg, r.Uint64())
 				roundF16(w)
 				const slots = 2048
-				cpu, err := engine.NewCPUBackend(cfg, int8Reference(t, cfg, w), slots, 0)
+				cpu, err := engine.NewCPUBackend(cfg, reference(t, cfg, w), slots, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
-				opt.NumSlots, opt.Quantize = slots, engine.QuantInt8
+				opt.NumSlots, opt.Quantize = slots, quant
 				gpu, err := New(cfg, w, opt)
 				if err != nil {
 					if os.Getenv("SPECGATE_EXPECT_GPU") == "" {
@@ -67,7 +116,7 @@ func TestInt8ForwardMatchesCPU(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer gpu.Close()
-				if gpu.Quantization() != engine.QuantInt8 {
+				if gpu.Quantization() != quant {
 					t.Fatalf("Quantization() = %q", gpu.Quantization())
 				}
 				const P = 21
@@ -135,3 +184,6 @@ func TestInt8ForwardMatchesCPU(t *testing.T) {
 // Batch shapes of serving (decode batches 1..64, mixed prefill/decode
 // around the GEMV/cuBLAS boundary) with int8 weights.
 func TestBatchShapesInt8(t *testing.T) { batchShapes(t, engine.QuantInt8) }
+
+// The same with int4 weights.
+func TestBatchShapesInt4(t *testing.T) { batchShapes(t, QuantInt4) }

@@ -1,0 +1,98 @@
+package kernels
+
+import "fmt"
+
+// Int4 weight-only launchers (llama_i8.cu, "int4"). A quantized matrix is
+// W [N][K/2] bytes (byte j of a row: column 2j in the low nibble, 2j+1 in
+// the high one, each as q+8 with q in [-7, 7]) plus fp16 group scales GS
+// [N][K/32] (row n, group g: W[n][k] ~ GS[n][k/32] * q[n][k]); K must be a
+// multiple of 32. Activations and accumulation are fp32 and the kinds,
+// shapes and row orders are those of the fp16 and int8 GEMVs.
+
+// I4Group is the int4 group size: columns per fp16 scale.
+const I4Group = 32
+
+var gemvI4Names = [...]string{"gemv_i4_norm", "gemv_i4_resid", "gemv_i4_plain", "gemv_i4_swiglu"}
+
+// GemvI4 is Gemv over an int4 matrix W with group scales GS:
+// Y[m] = (W · x_m) with x_m as for Gemv of the same kind.
+func (c *Ctx) GemvI4(kind GemvKind, W, GS, X, xrow, nw DevicePtr, eps float32, Y DevicePtr, M, N, K int) error {
+	if kind < 0 || int(kind) >= len(gemvI4Names) || M < 1 || M > GemvMaxM || K%I4Group != 0 || K <= 0 || N <= 0 ||
+		(kind == GemvSwiGLU && N%2 != 0) {
+		return fmt.Errorf("gemv_i4 kind %d M=%d N=%d K=%d (K must be a multiple of %d): %w", kind, M, N, K, I4Group, ErrBadArg)
+	}
+	name := fmt.Sprintf("%s_m%d", gemvI4Names[kind], M)
+	f, err := c.Func(name)
+	if err != nil {
+		return err
+	}
+	smem := GemvSmem(M, K)
+	if err := c.smemAttr(name, f, smem); err != nil {
+		return err
+	}
+	units := N
+	if kind == GemvSwiGLU {
+		units = N / 2
+	}
+	grid, upb, threads, err := c.gemvI8Grid(name, f, M, units, smem)
+	if err != nil {
+		return err
+	}
+	if err := c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
+		P(W), P(GS), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), I(upb)); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
+
+// GemvI4QKVRope is GemvQKVRope over an int4 fused QKV weight W (RopeRows
+// order) with group scales GS in the same row order.
+func (c *Ctx) GemvI4QKVRope(W, GS, X, xrow, nw DevicePtr, eps float32, qkv, pos, slots, invFreq, kc, vc DevicePtr,
+	M, H, nh, nkv, hd int) error {
+	N := (nh + 2*nkv) * hd
+	if M < 1 || M > GemvMaxM || H%I4Group != 0 || H <= 0 || hd%2 != 0 || N <= 0 {
+		return fmt.Errorf("gemv_i4_qkv_rope M=%d H=%d heads %d/%d hd %d (H must be a multiple of %d): %w", M, H, nh, nkv, hd, I4Group, ErrBadArg)
+	}
+	name := fmt.Sprintf("gemv_i4_qkv_rope_m%d", M)
+	f, err := c.Func(name)
+	if err != nil {
+		return err
+	}
+	smem := GemvSmem(M, H)
+	if err := c.smemAttr(name, f, smem); err != nil {
+		return err
+	}
+	grid, upb, threads, err := c.gemvI8Grid(name, f, M, N/2, smem)
+	if err != nil {
+		return err
+	}
+	if err := c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
+		P(W), P(GS), P(X), P(xrow), P(nw), F(eps), P(qkv), I(N), I(H), I(upb),
+		P(pos), P(slots), P(invFreq), P(kc), P(vc), I(nh), I(nkv), I(hd)); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
+
+// DequantI4F16 writes out [N][K] fp16 = f16(GS[n][k/32] * q[n][k]) (the
+// cuBLAS path of batches larger than GemvMaxM). K must be a multiple of 32.
+func (c *Ctx) DequantI4F16(W, GS, out DevicePtr, N, K int) error {
+	if N <= 0 || K <= 0 || K%I4Group != 0 {
+		return fmt.Errorf("dequant_i4_f16 N=%d K=%d: %w", N, K, ErrBadArg)
+	}
+	groups := N * K / I4Group
+	g := Dim3{uint32(min(max((groups+255)/256, 1), 8*max(c.d.SMs, 1))), 1, 1}
+	return c.launchByNamePDL("dequant_i4_f16", g, Dim3{256, 1, 1}, 0, P(W), P(GS), P(out), I(N), I(K))
+}
+
+// FillRandomI4 fills W [N][K/2] with int4 values uniform in [-7, 7] and
+// the group scales GS [N][K/32] with f16(scale/7) (benchmarks: the weight
+// distribution of FillRandomF16).
+func (c *Ctx) FillRandomI4(W, GS DevicePtr, N, K int, seed uint64, scale float32) error {
+	if N <= 0 || K <= 0 || K%I4Group != 0 {
+		return fmt.Errorf("fill_random_i4 N=%d K=%d: %w", N, K, ErrBadArg)
+	}
+	n := int64(N) * int64(K) / 2
+	g := Dim3{uint32(min((n+255)/256, 65535)), 1, 1}
+	return c.LaunchByName("fill_random_i4", g, Dim3{256, 1, 1}, 0, P(W), P(GS), uint64(n), uint64(int64(N)*int64(K/I4Group)), seed, F(scale))
+}
