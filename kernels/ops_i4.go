@@ -15,13 +15,34 @@ const I4Group = 32
 var gemvI4Names = [...]string{"gemv_i4_norm", "gemv_i4_resid", "gemv_i4_plain", "gemv_i4_swiglu"}
 
 // GemvI4 is Gemv over an int4 matrix W with group scales GS:
-// Y[m] = (W · x_m) with x_m as for Gemv of the same kind.
+// Y[m] = (W · x_m) with x_m as for Gemv of the same kind. The kernels are
+// batch-1 only: a batch of M tokens is M launches, one per token (each
+// re-reads W), so a token's result is its batch-1 result bit for bit.
 func (c *Ctx) GemvI4(kind GemvKind, W, GS, X, xrow, nw DevicePtr, eps float32, Y DevicePtr, M, N, K int) error {
 	if kind < 0 || int(kind) >= len(gemvI4Names) || M < 1 || M > GemvMaxM || K%I4Group != 0 || K <= 0 || N <= 0 ||
 		(kind == GemvSwiGLU && N%2 != 0) {
 		return fmt.Errorf("gemv_i4 kind %d M=%d N=%d K=%d (K must be a multiple of %d): %w", kind, M, N, K, I4Group, ErrBadArg)
 	}
-	name := fmt.Sprintf("%s_m%d", gemvI4Names[kind], M)
+	outW := N
+	if kind == GemvSwiGLU {
+		outW = N / 2
+	}
+	for m := 0; m < M; m++ {
+		x, xr := X+DevicePtr(m*K*4), xrow
+		if xrow != 0 {
+			x, xr = X, xrow+DevicePtr(m*4)
+		}
+		if err := c.gemvI4One(kind, W, GS, x, xr, nw, eps, Y+DevicePtr(m*outW*4), N, K); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gemvI4One is GemvI4 of one token.
+func (c *Ctx) gemvI4One(kind GemvKind, W, GS, X, xrow, nw DevicePtr, eps float32, Y DevicePtr, N, K int) error {
+	const M = 1
+	name := gemvI4Names[kind] + "_m1"
 	f, err := c.Func(name)
 	if err != nil {
 		return err
@@ -53,7 +74,26 @@ func (c *Ctx) GemvI4QKVRope(W, GS, X, xrow, nw DevicePtr, eps float32, qkv, pos,
 	if M < 1 || M > GemvMaxM || H%I4Group != 0 || H <= 0 || hd%2 != 0 || N <= 0 {
 		return fmt.Errorf("gemv_i4_qkv_rope M=%d H=%d heads %d/%d hd %d (H must be a multiple of %d): %w", M, H, nh, nkv, hd, I4Group, ErrBadArg)
 	}
-	name := fmt.Sprintf("gemv_i4_qkv_rope_m%d", M)
+	for m := 0; m < M; m++ { // batch-1 kernels, one launch per token (GemvI4)
+		x, xr := X+DevicePtr(m*H*4), xrow
+		if xrow != 0 {
+			x, xr = X, xrow+DevicePtr(m*4)
+		}
+		off := DevicePtr(m * 4)
+		if err := c.gemvI4QKVRopeOne(W, GS, x, xr, nw, eps, qkv+DevicePtr(m*N*4), pos+off, slots+off, invFreq, kc, vc,
+			H, nh, nkv, hd); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gemvI4QKVRopeOne is GemvI4QKVRope of one token.
+func (c *Ctx) gemvI4QKVRopeOne(W, GS, X, xrow, nw DevicePtr, eps float32, qkv, pos, slots, invFreq, kc, vc DevicePtr,
+	H, nh, nkv, hd int) error {
+	const M = 1
+	N := (nh + 2*nkv) * hd
+	name := "gemv_i4_qkv_rope_m1"
 	f, err := c.Func(name)
 	if err != nil {
 		return err
