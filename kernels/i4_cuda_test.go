@@ -12,17 +12,23 @@ import (
 // same packed values and fp16 group scales (W[n][k] = GS[n][k/32] *
 // q[n][k], byte j of a row: column 2j low nibble, 2j+1 high, each q+8).
 
-// randI4 returns packed int4 values [N][K/2] (q uniform in [-7, 7], the
-// extremes somewhere) and fp16 group scales [N][K/32].
+// randI4 returns packed int4 values [N][K/2] (q uniform in [-8, 7], the
+// extremes somewhere) and fp16 group scales [N][K/32] of either sign (the
+// Q4_0 rule of model.QuantizeI4 makes a scale negative when its group's
+// extreme is positive).
 func randI4(r *rand.Rand, N, K int) ([]uint8, []uint16) {
 	p := make([]uint8, N*K/2)
 	for i := range p {
-		p[i] = uint8(1+r.IntN(15)) | uint8(1+r.IntN(15))<<4
+		p[i] = uint8(r.IntN(16)) | uint8(r.IntN(16))<<4
 	}
-	p[0], p[len(p)-1] = 0x1F, 0xF1 // -7 and 7
+	p[0], p[len(p)-1] = 0x0F, 0xF0 // 7 and -8
 	s := make([]uint16, N*K/I4Group)
 	for i := range s {
-		s[i] = f16(float32((0.5 + r.Float64()) / (7 * math.Sqrt(float64(K)))))
+		v := (0.5 + r.Float64()) / (8 * math.Sqrt(float64(K)))
+		if r.IntN(2) == 0 {
+			v = -v
+		}
+		s[i] = f16(float32(v))
 	}
 	return p, s
 }

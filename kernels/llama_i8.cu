@@ -369,9 +369,9 @@ extern "C" __global__ void fill_random_i8(signed char* w, float* ws, long long n
 
 // ---- int4 weight-only, group-wise (issue #15 point 5) ----
 // A row of K weights is K/32 groups of 32; group g of row n holds
-// q[n][32g + i] in [-7, 7] and one fp16 scale S[n][g]: W[n][k] ~
+// q[n][32g + i] in [-8, 7] and one fp16 scale S[n][g] (either sign): W[n][k] ~
 // S[n][k/32] * q[n][k]. Stored as bytes: byte j of a row holds column 2j
-// in its low nibble and 2j+1 in its high one, each as q + 8 (1..15); one
+// in its low nibble and 2j+1 in its high one, each as q + 8 (0..15); one
 // 16-byte chunk is one group. A lane reads a chunk and its scale, turns
 // the nibbles into floats exactly (mask, one PRMT into the mantissa of
 // 2^23, one FADD), sums the group's 32 products in a fixed order and adds

@@ -4,7 +4,7 @@ import "fmt"
 
 // Int4 weight-only launchers (llama_i8.cu, "int4"). A quantized matrix is
 // W [N][K/2] bytes (byte j of a row: column 2j in the low nibble, 2j+1 in
-// the high one, each as q+8 with q in [-7, 7]) plus fp16 group scales GS
+// the high one, each as q+8 with q in [-8, 7]) plus fp16 group scales GS
 // [N][K/32] (row n, group g: W[n][k] ~ GS[n][k/32] * q[n][k]); K must be a
 // multiple of 32. Activations and accumulation are fp32 and the kinds,
 // shapes and row orders are those of the fp16 and int8 GEMVs.

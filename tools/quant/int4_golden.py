@@ -2,11 +2,12 @@
 the CUDA backend's int4 path, model.QuantizeI4).
 
 Quantizes a Llama checkpoint with numpy (its own implementation, not ours): per group of
-32 consecutive columns of a row s = float16(max|w| / 7) (float32 division, then rounded to
-binary16 as numpy does: nearest even), q = round half away from zero of w / float32(s)
-(float32 division), clamped to [-7, 7]; packed two per byte (column 2j in the low nibble,
-2j+1 in the high one, each as q + 8); every projection (q/k/v/o, gate/up/down) and the LM
-head (tied: an int4 copy of the embedding table for the projection only). Then runs HF
+32 consecutive columns of a row, with m the value of largest magnitude (the first of equals),
+s = float16(m / -8) (llama.cpp Q4_0's scale rule; float32 division, then rounded to binary16
+as numpy does: nearest even; +0 for a group of zeros), q = round half away from zero of
+w / float32(s) (float32 division), clamped to [-8, 7]; packed two per byte (column 2j in the
+low nibble, 2j+1 in the high one, each as q + 8); every projection (q/k/v/o, gate/up/down)
+and the LM head (tied: an int4 copy of the embedding table for the projection only). Then runs HF
 transformers (float32, eager, CPU) on the dequantized weights s*q and writes, like
 tools/quant/int8_golden.py:
 
@@ -36,12 +37,15 @@ def quantize(w):
     rows, cols = w.shape
     assert cols % G == 0, (rows, cols)
     g = w.reshape(rows, cols // G, G)
-    amax = np.max(np.abs(g), axis=2)
-    s16 = (amax / np.float32(7)).astype(np.float32).astype(np.float16)
+    idx = np.argmax(np.abs(g), axis=2)  # first of equals
+    m = np.take_along_axis(g, idx[:, :, None], axis=2)[:, :, 0]
+    s32 = (m / np.float32(-8)).astype(np.float32)
+    s32[m == 0] = np.float32(0)  # a group of zeros: +0
+    s16 = s32.astype(np.float16)
     s = s16.astype(np.float32)
     safe = np.where(s == 0, np.float32(1), s).astype(np.float32)
     x = (g / safe[:, :, None]).astype(np.float32).astype(np.float64)
-    q = (np.sign(x) * np.floor(np.abs(x) + 0.5)).clip(-7, 7).astype(np.int8)
+    q = (np.sign(x) * np.floor(np.abs(x) + 0.5)).clip(-8, 7).astype(np.int8)
     q[s == 0] = 0
     q = q.reshape(rows, cols)
     packed = (q[:, 0::2] + 8).astype(np.uint8) | ((q[:, 1::2] + 8).astype(np.uint8) << 4)
