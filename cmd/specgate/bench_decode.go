@@ -90,6 +90,9 @@ func runBenchDecode(args []string) error {
 		}
 	}
 	if be == nil {
+		if *quantize == cuda.QuantInt4 {
+			return fmt.Errorf("bench-decode: --quantize int4 needs the cuda backend (the CPU backend has no int4 weights; int8 works on both)")
+		}
 		if w == nil {
 			w = engine.RandomWeights(cfg, 1)
 		}
