@@ -31,3 +31,8 @@ func NewMat(w []float32, out, in int) *Mat { return cpu.NewMat(w, out, in) }
 
 // RopeInvFreq returns the rotary inverse frequencies of cfg (see cpu.RopeInvFreq).
 func RopeInvFreq(cfg Config) []float32 { return cpu.RopeInvFreq(cfg) }
+
+// AddSiLU sets x[i] += SiLU(t[i] + b[i mod len(b)]) (see cpu.AddSiLU): the
+// CPU backend's ResBlock epilogue for proposers' heads outside this module's
+// Mat.ResBlock shape (Hydra heads' first block).
+func AddSiLU(x, t, b []float32) { cpu.AddSiLU(x, t, b) }

@@ -33,7 +33,6 @@ import (
 	"strings"
 
 	"github.com/specgate/specgate/engine"
-	"github.com/specgate/specgate/engine/cpu"
 	"github.com/specgate/specgate/engine/model"
 	"github.com/specgate/specgate/safetensors"
 )
@@ -538,7 +537,7 @@ func (h *Heads) HydraLogits(i int, hidden []float32, rows int, row []int32, toks
 			}
 		}
 	}
-	cpu.AddSiLU(y, t, hy.b0[i]) // y = R(u) + SiLU(W0 u + b0)
+	engine.AddSiLU(y, t, hy.b0[i]) // y = R(u) + SiLU(W0 u + b0)
 	for j := 1; j < h.layers; j++ {
 		h.w[i][j].ResBlock(th, y, t, h.b[i][j], n)
 	}

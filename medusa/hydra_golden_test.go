@@ -43,7 +43,7 @@ func TestGoldenHydra(t *testing.T) {
 		r              int
 		int8Everywhere bool
 	}{
-		{"hydra", true, false, 64, false},        // reference layout, fp16, own projections with bias
+		{"hydra", true, false, 64, false},         // reference layout, fp16, own projections with bias
 		{"hydra-compact", false, false, 32, true}, // compact, int8 (hydra_embed_proj too), one all-zero row
 		{"hydra-shared", false, true, 32, false},  // compact, the target's lm_head over head_vocab rows
 	} {
