@@ -260,6 +260,8 @@ def main():
     ap.add_argument("--eval-every", type=int, default=500)
     ap.add_argument("--val-seconds", type=float, default=25, help="held-out generation budget")
     ap.add_argument("--results", default="", help="also write summary.json, loss.csv and one export-<variant>.tar per exported variant here (the device call's $OUT)")
+    ap.add_argument("--eval-rows", type=int, default=0,
+                    help="also evaluate every variant whose projection has more rows restricted to this many most frequent tokens (a vocab limit at inference)")
     ap.add_argument("--smoke", action="store_true", help="tiny run of every stage (a crash shows in seconds)")
     a = ap.parse_args()
     if a.smoke:
@@ -498,7 +500,7 @@ def main():
         y = m[k](x)
         return y if own else F.linear(y, lm_w)
 
-    def losses_of(v, S, hid, blog, lab, mks, train, want_rank=False):
+    def losses_of(v, S, hid, blog, lab, mks, train, want_rank=False, keep=None):
         """Per-head losses (detached when train: each head's weighted loss is back-propagated at
         once, so only one head's graph is alive at a time) and, with want_rank, the label's rank."""
         hy = hyd.get(v)
@@ -534,6 +536,10 @@ def main():
                 loss = loss.detach()
             out.append(loss)
             if want_rank:
+                if keep is not None:
+                    # a vocab limit: only the rows of keep compete; a label outside them is a miss
+                    lg = lg.masked_fill(~keep[None, :], float("-inf"))
+                    y = torch.where((y >= 0) & keep[y.clamp(min=0)], y, torch.full_like(y, -1))
                 ly = lg.gather(1, y.clamp(min=0)[:, None])
                 rk = (lg > ly).sum(1)
                 if fr:
@@ -542,7 +548,7 @@ def main():
         return out, ranks
 
     @torch.no_grad()
-    def evaluate(v, with_tree=False, limit=None):
+    def evaluate(v, with_tree=False, limit=None, keep=None):
         m = variants[v]
         m.eval()
         K_ = K
@@ -553,7 +559,7 @@ def main():
             hid, blog = base_rows(S)
             lab = blog.argmax(-1)
             mks = head_masks(P, E, S.size(1))
-            ls, rk = losses_of(v, S, hid, blog, lab, mks, False, want_rank=True)
+            ls, rk = losses_of(v, S, hid, blog, lab, mks, False, want_rank=True, keep=keep)
             for k in range(K_):
                 c = int(rk[k].numel())
                 tot[k] += ls[k].item() * c; a1[k] += (rk[k] < 1).sum().item(); a5[k] += (rk[k] < 5).sum().item(); a10[k] += (rk[k] < 10).sum().item(); n[k] += c
@@ -741,6 +747,28 @@ def main():
               f"; every path of top-{a.max_rank} ranks ({len(tau_all)} nodes): {ceiling:.3f}; int8 {sizes[v]} bytes", flush=True)
         dump_summary()
         export(v, res, paths, tau)
+    for v in variants:
+        ro = vrows[v]
+        n_rows = 0 if ro is None else int((ro >= 0).sum())
+        if not a.eval_rows or ro is None or n_rows <= a.eval_rows:
+            continue
+        try:
+            ids_small = fr_rows(a.eval_rows)[0]
+            keep = torch.zeros(n_rows, dtype=torch.bool, device=dev)
+            keep[ro[ids_small]] = True  # the variant's rows that hold one of the eval_rows most frequent tokens
+            res, rows = evaluate(v, with_tree=True, keep=keep)
+            paths, tau = greedy_tree(rows, a.tree_nodes)
+            _, tau_all = greedy_tree(rows, 10 ** 9)
+            summary.setdefault("eval_rows", {})[v] = {
+                "rows": a.eval_rows, "after": res, "expected_tau": {str(n): tau[n - 1] for n in range(1, len(tau) + 1)},
+                "expected_tau_every_path_top_rank": tau_all[-1] if tau_all else 1.0, "tree": paths}
+            print(f"after [{v}] limited to the {a.eval_rows} most frequent tokens: " +
+                  " ".join(f"h{k} acc@1 {r['acc1']:.3f} @5 {r['acc5']:.3f}" for k, r in enumerate(res)), flush=True)
+            print(f"  expected tau by tree size: " + " ".join(f"{n}:{tau[n-1]:.3f}" for n in (1, 4, 8, 16, 32, 64) if n <= len(tau)) +
+                  f"; every path of top-{a.max_rank} ranks: {summary['eval_rows'][v]['expected_tau_every_path_top_rank']:.3f}", flush=True)
+            dump_summary()
+        except Exception as e:  # the exports above stand
+            print(f"eval with {a.eval_rows} rows failed for {v}: {e!r}", flush=True)
     with open(os.path.join(W_out, "heldout_prompts.txt"), "w", encoding="utf-8") as hf:
         hf.write("# Held-out prompts: the text of the first 2..48 tokens from a line start of documents that\n"
                  "# tools/train/medusa.py held out from head training.\n")
