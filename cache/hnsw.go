@@ -659,18 +659,105 @@ func (g *graph) searchLayer(q *query, eps []cand, ef, level int, liveOnly bool) 
 // array when it is large enough (dst may be nil).
 func (g *graph) searchLayerInto(q *query, eps []cand, ef, level int, liveOnly bool, dst []cand) []cand {
 	vs := g.getVisited()
-	cands := candHeap{c: vs.cbuf[:0]} // maxCand: the most similar on top
-	res := candHeap{c: vs.rbuf[:0]}   // the least similar on top
-	defer func() {
-		vs.cbuf, vs.rbuf = cands.c[:0], res.c[:0]
-		g.visitPool.Put(vs)
-	}()
+	b := beam{marks: &vs.nodes, cands: candHeap{c: vs.cbuf[:0]}, res: candHeap{c: vs.rbuf[:0]},
+		lists: g.up, offs: g.upOff, at: (level - 1) * g.ups, qv: g.qv, qs: g.qs}
+	if level == 0 {
+		b.lists, b.offs, b.stride, b.at = g.l0, nil, g.l0s, 0
+	}
+	if liveOnly {
+		b.dead = g.dead
+	}
+	g.searchBeam(q, &b, eps, ef)
+	vs.cbuf, vs.rbuf = b.cands.c[:0], b.res.c[:0]
+	out := b.results(dst)
+	g.visitPool.Put(vs)
+	return out
+}
+
+// searchUpper searches the upper layers top..1 in slot space (see
+// graph.uslot), each with a beam of ef seeded by all of the previous
+// layer's results, from the entry node; it returns layer 1's best as node
+// indices, most similar first: the seeds of layer 0. The same search as
+// searchLayer on each layer (same candidates, same order: one loop,
+// graph.searchBeam), without the indirections of node space. Needs g.top ≥ 1.
+func (g *graph) searchUpper(q *query, ef int) []cand {
+	return g.searchUpperInto(q, ef, nil)
+}
+
+// searchUpperInto is searchUpper with its layer results in sc's buffers
+// (sc may be nil: they are made); the result aliases sc.
+func (g *graph) searchUpperInto(q *query, ef int, sc *searchScratch) []cand {
+	if sc == nil {
+		sc = &searchScratch{}
+	}
+	vs := g.getUpper()
+	b := beam{marks: &vs.upper, cands: candHeap{c: vs.cbuf[:0]}, res: candHeap{c: vs.rbuf[:0]},
+		lists: g.ulink, offs: g.uoff, qv: g.uqv, qs: g.uqs, nodeOf: g.unode}
+	es := g.uslot[g.entry]
+	useE1 := false
+	var seed [1]cand
+	eps := append(seed[:0], cand{es, g.uscore(q, es)})
+	for level := g.top; level > 0; level-- {
+		if level < g.top {
+			vs.upper.next(len(g.unode)) // a fresh visited set per layer, as searchLayer has
+		}
+		b.at = (level - 1) * g.ups
+		g.searchBeam(q, &b, eps, ef)
+		// The layer's results, most similar first, seed the next layer.
+		// Into the buffer eps is not in (e0 and e1 alternate; the first
+		// layer's seed is on the stack).
+		buf := &sc.e0
+		if useE1 {
+			buf = &sc.e1
+		}
+		useE1 = !useE1
+		if cap(*buf) < b.res.len() {
+			*buf = make([]cand, 0, max(b.res.len(), ef))
+		}
+		*buf = b.results(*buf)
+		eps = *buf
+	}
+	vs.cbuf, vs.rbuf = b.cands.c[:0], b.res.c[:0]
+	g.visitPool.Put(vs)
+	for i := range eps {
+		eps[i].i = g.unode[eps[i].i]
+	}
+	return eps
+}
+
+// beam is one layer's search (graph.searchBeam) in node space or in the upper
+// layers' slot space: the index's link lists (count, then links) at
+// lists[offs[i]+at], or lists[i*stride+at] when offs is nil; its int8
+// copies at qv[i*qdim:] with scales qs (quantized graphs), else the float
+// vector of node nodeOf[i] (i itself when nodeOf is nil); tombstones in
+// dead (nil: returned too); the visited set and the two heaps.
+type beam struct {
+	marks      *marks
+	cands, res candHeap // maxCand: the most similar on top; the least similar on top
+	lists      []int32
+	offs       []int32
+	stride, at int
+	qv         []int8
+	qs         []float32
+	nodeOf     []int32
+	dead       []bool
+}
+
+// searchBeam runs a beam of ef from eps on b's layer, leaving the best ef in
+// b.res (the least similar on top). What the loop reads is copied out of b
+// first: the heaps and slices stay in locals, as in the two loops this one
+// replaced.
+func (g *graph) searchBeam(q *query, b *beam, eps []cand, ef int) {
+	cands, res := candHeap{c: b.cands.c[:0]}, candHeap{c: b.res.c[:0]}
+	marks, dead := b.marks, b.dead
+	lists, offs, stride, at := b.lists, b.offs, b.stride, b.at
+	qv, qs, qdim, nodeOf := b.qv, b.qs, g.qdim, b.nodeOf
 	for _, ep := range eps {
-		if !vs.visit(ep.i) {
+		if !marks.visit(ep.i) {
 			continue
 		}
 		cands.push(maxCand(ep))
-		if !liveOnly || !g.dead[ep.i] {
+		if dead == nil || !dead[ep.i] {
 			if res.len() < ef {
 				res.push(ep)
 			} else if ep.s > res.top().s {
@@ -683,34 +770,41 @@ func (g *graph) searchLayerInto(q *query, eps []cand, ef, level int, liveOnly bo
 		if res.len() >= ef && c.s < res.top().s {
 			break
 		}
-		links := g.links(c.i, level)
+		o := at
+		if offs != nil {
+			o += int(offs[c.i])
+		} else {
+			o += int(c.i) * stride
+		}
+		links := lists[o+1 : o+1+int(lists[o])]
 		for len(links) > 0 {
 			// Unvisited neighbours in batches; with int8 copies their
 			// vectors are all requested from memory before the first is
 			// scored, so the cache misses overlap.
-			var batch [64]int32
+			var batch, dots [64]int32
 			nb := 0
 			for len(links) > 0 && nb < len(batch) {
-				if j := links[0]; vs.visit(j) {
+				if j := links[0]; marks.visit(j) {
 					batch[nb] = j
 					nb++
 				}
 				links = links[1:]
 			}
-			var dots [64]int32
-			if g.qdim > 0 {
-				dotI8Rows(q.rq, g.qv, g.qdim, batch[:nb], dots[:nb])
+			if qdim > 0 {
+				dotI8Rows(q.rq, qv, qdim, batch[:nb], dots[:nb])
 			}
 			for k, j := range batch[:nb] {
 				var s float32
-				if g.qdim > 0 { // g.score(q, j), from the batch's dot products
-					s = q.s * g.qs[j] * float32(dots[k])
+				if qdim > 0 { // the score, from the batch's dot products
+					s = q.s * qs[j] * float32(dots[k])
+				} else if nodeOf != nil {
+					s = sim(q.v, g.nodes[nodeOf[j]])
 				} else {
 					s = sim(q.v, g.nodes[j])
 				}
 				if res.len() < ef || s > res.top().s {
 					cands.push(cand{j, -s})
-					if liveOnly && g.dead[j] {
+					if dead != nil && dead[j] {
 						continue
 					}
 					if res.len() < ef {
@@ -723,125 +817,26 @@ func (g *graph) searchLayerInto(q *query, eps []cand, ef, level int, liveOnly bo
 		}
 		// The next node to expand is known now: request its layer-0 link
 		// list (a cache miss per expansion otherwise) before the heap work.
-		if level == 0 && cands.len() > 0 {
-			o := int(cands.top().i) * g.l0s
-			prefetchLines((*int8)(unsafe.Pointer(&g.l0[o])), g.l0s*4)
+		if offs == nil && cands.len() > 0 {
+			o := int(cands.top().i) * stride
+			prefetchLines((*int8)(unsafe.Pointer(&lists[o])), stride*4)
 		}
 	}
+	b.cands, b.res = cands, res
+}
+
+// results empties b.res into dst's backing array when it is large enough
+// (else a new one), most similar first.
+func (b *beam) results(dst []cand) []cand {
 	out := dst[:0]
-	if cap(out) < res.len() {
-		out = make([]cand, res.len())
+	if cap(out) < b.res.len() {
+		out = make([]cand, b.res.len())
 	}
-	out = out[:res.len()]
+	out = out[:b.res.len()]
 	for i := len(out) - 1; i >= 0; i-- {
-		out[i] = res.pop()
+		out[i] = b.res.pop()
 	}
 	return out
-}
-
-// searchUpper searches the upper layers top..1 in slot space (see
-// graph.uslot), each with a beam of ef seeded by all of the previous
-// layer's results, from the entry node; it returns layer 1's best as node
-// indices, most similar first: the seeds of layer 0. The same search as
-// searchLayer on each layer (same candidates, same order), without the
-// indirections of node space. Needs g.top ≥ 1.
-func (g *graph) searchUpper(q *query, ef int) []cand {
-	return g.searchUpperInto(q, ef, nil)
-}
-
-// searchUpperInto is searchUpper with its layer results in sc's buffers
-// (sc may be nil: they are made); the result aliases sc.
-func (g *graph) searchUpperInto(q *query, ef int, sc *searchScratch) []cand {
-	if sc == nil {
-		sc = &searchScratch{}
-	}
-	vs := g.getUpper()
-	cands := candHeap{c: vs.cbuf[:0]}
-	res := candHeap{c: vs.rbuf[:0]}
-	defer func() {
-		vs.cbuf, vs.rbuf = cands.c[:0], res.c[:0]
-		g.visitPool.Put(vs)
-	}()
-	es := g.uslot[g.entry]
-	useE1 := false
-	var seed [1]cand
-	eps := append(seed[:0], cand{es, g.uscore(q, es)})
-	for level := g.top; level > 0; level-- {
-		if level < g.top {
-			vs.upper.next(len(g.unode)) // a fresh visited set per layer, as searchLayer has
-		}
-		cands.c, res.c = cands.c[:0], res.c[:0]
-		for _, ep := range eps {
-			if !vs.uvisit(ep.i) {
-				continue
-			}
-			cands.push(maxCand(ep))
-			if res.len() < ef {
-				res.push(ep)
-			} else if ep.s > res.top().s {
-				res.replaceTop(ep)
-			}
-		}
-		for cands.len() > 0 {
-			c := maxCand(cands.pop())
-			if res.len() >= ef && c.s < res.top().s {
-				break
-			}
-			links := g.ulinks(c.i, level)
-			for len(links) > 0 { // unvisited neighbours in batches, as searchLayer
-				var batch, dots [64]int32
-				nb := 0
-				for len(links) > 0 && nb < len(batch) {
-					if s := links[0]; vs.uvisit(s) {
-						batch[nb] = s
-						nb++
-					}
-					links = links[1:]
-				}
-				if g.qdim > 0 {
-					dotI8Rows(q.rq, g.uqv, g.qdim, batch[:nb], dots[:nb])
-				}
-				for k, s := range batch[:nb] {
-					var sc float32
-					if g.qdim > 0 { // g.uscore(q, s), from the batch's dot products
-						sc = q.s * g.uqs[s] * float32(dots[k])
-					} else {
-						sc = sim(q.v, g.nodes[g.unode[s]])
-					}
-					if res.len() < ef || sc > res.top().s {
-						cands.push(cand{s, -sc})
-						if res.len() < ef {
-							res.push(cand{s, sc})
-						} else {
-							res.replaceTop(cand{s, sc})
-						}
-					}
-				}
-			}
-		}
-		// The layer's results, most similar first, seed the next layer.
-		// Into the buffer eps is not in (e0 and e1 alternate; the first
-		// layer's seed is on the stack).
-		buf := &sc.e0
-		if useE1 {
-			buf = &sc.e1
-		}
-		useE1 = !useE1
-		out := *buf
-		if cap(out) < res.len() {
-			out = make([]cand, res.len(), max(res.len(), ef))
-		}
-		out = out[:res.len()]
-		for i := len(out) - 1; i >= 0; i-- {
-			out[i] = res.pop()
-		}
-		*buf = out
-		eps = out
-	}
-	for i := range eps {
-		eps[i].i = g.unode[eps[i].i]
-	}
-	return eps
 }
 
 // selectNeighbors is the HNSW heuristic: keep a candidate only if it is closer

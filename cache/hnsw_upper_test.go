@@ -53,7 +53,9 @@ func upperTestVec(r *rand.Rand, dim int, sparse bool) []float32 {
 // on int8 graphs (512-d sparse) and float32 graphs (16-d), with tombstones,
 // after a compaction, after Save/Load, and after inserts into a loaded
 // graph; and whole searches (twice: the second reuses the first's scratch
-// buffers) agree with the reference path.
+// buffers) agree with the reference path. Both spaces run one loop
+// (graph.searchBeam): what differs, and is checked here, is the data each
+// reads (slot-indexed links, slot-ordered int8 copies, the slot visited set).
 func TestHNSWUpperMatchesNodeSpace(t *testing.T) {
 	for _, tc := range []struct {
 		dim    int
