@@ -29,7 +29,7 @@ type latencyMetrics struct {
 // cost: wall time and completion tokens, and speculative decode steps.
 type genTotals struct {
 	seconds, tokens        float64
-	specSteps, specTokens  float64            // steps and tokens of requests that speculated
+	specForwards           float64            // target decode forwards of requests that speculated
 	plainSecs, plainTokens float64            // decode time and tokens of requests that did not
 	specSecs, specDecTok   float64            // decode time and tokens (after the first) of requests that speculated
 	specSaved              map[string]float64 // per draft source: estimated seconds saved (spec_saved.go)
@@ -115,10 +115,12 @@ func (l *latencyMetrics) finished(model, outcome string, usage *Usage, e2e, ttft
 		g.tokens += float64(usage.CompletionTokens)
 		decode := (e2e - ttft).Seconds()
 		if sp := usage.Speculative; sp != nil && sp.Steps > 0 {
-			g.specSteps += float64(sp.Steps)
-			g.specTokens += float64(usage.CompletionTokens)
 			g.specSecs += decode
 			g.specDecTok += float64(max(usage.CompletionTokens-1, 0))
+			// every decode forward gives one token of its own (a plain
+			// step's, or a tree's bonus token) beside the draft tokens it
+			// accepted; Spec.Steps counts only the forwards with a tree
+			g.specForwards += float64(max(usage.CompletionTokens-1-sp.Accepted, 0))
 			g.addSpecSaved(usage, decode)
 		} else if usage.CompletionTokens > 1 {
 			g.plainSecs += decode
@@ -136,7 +138,8 @@ func (l *latencyMetrics) finished(model, outcome string, usage *Usage, e2e, ttft
 
 var (
 	specTokensPerStepDesc = prometheus.NewDesc("specgate_spec_tokens_per_step",
-		"Completion tokens per target decode step of requests that speculated, since start, by model: the speedup speculation would give if a verification step cost what a one-token step costs.", []string{"model"}, nil)
+		"Decode tokens (after the first) per target decode forward of requests that speculated, since start, by model: the speedup speculation would give if a verification step cost what a one-token step costs. "+
+			"A forward gives one token of its own (a plain step's, or a draft tree's bonus token) and the draft tokens it accepted, so forwards = decode tokens - accepted.", []string{"model"}, nil)
 	specSpeedupDesc = prometheus.NewDesc("specgate_spec_speedup",
 		"Measured decode speedup of speculation, by model: seconds per token of requests without speculation over seconds per token of requests with it (since start; both kinds must have run).", []string{"model"}, nil)
 )
@@ -155,8 +158,8 @@ func (c *speedupCollector) Collect(ch chan<- prometheus.Metric) {
 	defer c.l.mu.Unlock()
 	c.l.collectSpecSaved(ch)
 	for m, g := range c.l.gen {
-		if g.specSteps > 0 {
-			ch <- prometheus.MustNewConstMetric(specTokensPerStepDesc, prometheus.GaugeValue, g.specTokens/g.specSteps, m)
+		if g.specForwards > 0 {
+			ch <- prometheus.MustNewConstMetric(specTokensPerStepDesc, prometheus.GaugeValue, g.specDecTok/g.specForwards, m)
 		}
 		if g.specDecTok > 0 && g.plainTokens > 0 && g.specSecs > 0 && g.plainSecs > 0 {
 			v := (g.plainSecs / g.plainTokens) / (g.specSecs / g.specDecTok)
