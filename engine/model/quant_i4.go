@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/specgate/specgate/safetensors"
 )
@@ -15,7 +16,9 @@ import (
 // when m is positive; +0 for a group of zeros), and its values are
 // q = round(w / s) (float32 division, ties away from zero) clamped to
 // [-8, 7]: m itself maps to -8 and the other sign reaches +7 (a value
-// beyond 7.5 steps is clamped). w ~ s * q. All 16 levels are used: the step
+// beyond 7.5 steps is clamped). w ~ s * q. A NaN or infinite weight, or
+// a group whose m / -8 overflows binary16 (|m| >= 524160), is an error
+// naming its row and column. All 16 levels are used: the step
 // is max|w| / 8 (max|w| / 7 with the symmetric [-7, 7], which measured
 // 10% worse logits on the shipped target: docs/quantization.md).
 // Packed two per byte, row-major: byte j of a row holds column 2j in its
@@ -41,8 +44,12 @@ func QuantizeI4(t Tensor) (packed []byte, scales []uint16, err error) {
 		for g := 0; g < c/I4Group; g++ {
 			grp := row[g*I4Group : (g+1)*I4Group]
 			var m, am float32
-			for _, v := range grp {
-				if a := float32(math.Abs(float64(v))); a > am {
+			for i, v := range grp {
+				a := float32(math.Abs(float64(v)))
+				if a > math.MaxFloat32 || a != a { // ±Inf, NaN
+					return nil, nil, fmt.Errorf("int4: row %d, column %d: weight %v: %w", r, g*I4Group+i, v, ErrBadWeights)
+				}
+				if a > am {
 					m, am = v, a
 				}
 			}
@@ -52,6 +59,11 @@ func QuantizeI4(t Tensor) (packed []byte, scales []uint16, err error) {
 			}
 			scales[r*c/I4Group+g] = sh
 			s := safetensors.F16ToFloat32(sh)
+			if math.IsInf(float64(s), 0) {
+				i := slices.Index(grp, m)
+				return nil, nil, fmt.Errorf("int4: row %d, column %d: weight %v: its group's scale %v/-8 overflows binary16 (|w| < 524160 wanted): %w",
+					r, g*I4Group+i, m, m, ErrBadWeights)
+			}
 			for i, v := range grp {
 				x := 0.0
 				if s != 0 {
