@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -85,41 +84,6 @@ func TestInt4HFGolden(t *testing.T) {
 	if n != len(g.QuantSHA256) {
 		t.Fatalf("checked %d matrices, golden has %d", n, len(g.QuantSHA256))
 	}
-	data, err := os.ReadFile(filepath.Join(dir, g.LogitsFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	V := m.Config.VocabSize
-	off := 0
-	var worst float64
-	for si, seq := range g.Sequences {
-		s := m.NewSequence()
-		lg, err := s.Forward(seq, nil, nil)
-		s.Free()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if 4*(off+len(lg)) > len(data) {
-			t.Fatalf("%s: %d bytes, too short for sequence %d", g.LogitsFile, len(data), si)
-		}
-		for i, v := range lg {
-			want := math.Float32frombits(binary.LittleEndian.Uint32(data[4*(off+i):]))
-			d := math.Abs(float64(v) - float64(want))
-			worst = math.Max(worst, d)
-			if !(d <= 1e-3) {
-				t.Fatalf("sequence %d, token %d, id %d: logit %v, HF on numpy's int4 %v (|Δ| %g)", si, i/V, i%V, v, want, d)
-			}
-		}
-		off += len(lg)
-	}
-	if 4*off != len(data) {
-		t.Fatalf("%s: %d bytes, sequences use %d", g.LogitsFile, len(data), 4*off)
-	}
-	got := greedyDecode(t, m, g.GreedyPrompt, len(g.Greedy))
-	for i := range got {
-		if got[i] != g.Greedy[i] {
-			t.Fatalf("greedy token %d: %d, HF %d\n got %v\nwant %v", i, got[i], g.Greedy[i], got, g.Greedy)
-		}
-	}
+	worst := checkQuantGolden(t, m, dir, g, "int4")
 	t.Logf("%d int4 matrices identical to numpy's; %d sequences max |Δlogit| %.3g; greedy %d tokens identical", n, len(g.Sequences), worst, len(g.Greedy))
 }

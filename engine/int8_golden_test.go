@@ -89,6 +89,17 @@ func TestInt8HFGolden(t *testing.T) {
 	if n != len(g.QuantSHA256) {
 		t.Fatalf("checked %d matrices, golden has %d", n, len(g.QuantSHA256))
 	}
+	worst := checkQuantGolden(t, m, dir, g, "int8")
+	t.Logf("%d int8 matrices identical to numpy's; %d sequences max |Δlogit| %.3g; greedy %d tokens identical", n, len(g.Sequences), worst, len(g.Greedy))
+}
+
+// checkQuantGolden holds m, a model on quantized weights, to the HF logits
+// of dir's golden (g.LogitsFile: HF on numpy's dequantized weights, max
+// |Δ| <= 1e-3 on every golden sequence) and to its greedy continuation,
+// and returns the largest |Δlogit|. format names the quantization in
+// failures.
+func checkQuantGolden(t *testing.T, m *Model, dir string, g int8Golden, format string) float64 {
+	t.Helper()
 	data, err := os.ReadFile(filepath.Join(dir, g.LogitsFile))
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +122,7 @@ func TestInt8HFGolden(t *testing.T) {
 			d := math.Abs(float64(v) - float64(want))
 			worst = math.Max(worst, d)
 			if !(d <= 1e-3) {
-				t.Fatalf("sequence %d, token %d, id %d: logit %v, HF on numpy's int8 %v (|Δ| %g)", si, i/V, i%V, v, want, d)
+				t.Fatalf("sequence %d, token %d, id %d: logit %v, HF on numpy's %s %v (|Δ| %g)", si, i/V, i%V, v, format, want, d)
 			}
 		}
 		off += len(lg)
@@ -125,5 +136,5 @@ func TestInt8HFGolden(t *testing.T) {
 			t.Fatalf("greedy token %d: %d, HF %d\n got %v\nwant %v", i, got[i], g.Greedy[i], got, g.Greedy)
 		}
 	}
-	t.Logf("%d int8 matrices identical to numpy's; %d sequences max |Δlogit| %.3g; greedy %d tokens identical", n, len(g.Sequences), worst, len(g.Greedy))
+	return worst
 }
