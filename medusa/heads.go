@@ -108,6 +108,11 @@ type Config struct {
 		EmbedDim int `json:"embed_dim"`
 		// Quantization describes how the weights were quantized (free text).
 		Quantization string `json:"quantization"`
+		// SharedRowsInt8 (Hydra heads sharing the target's lm_head): the
+		// CPU heads multiply by those rows quantized to int8 at load
+		// (per-row symmetric, as --quantize int8: half the bytes of fp16
+		// per head call; logits within the int8 rounding of the fp16 rows').
+		SharedRowsInt8 bool `json:"shared_rows_int8"`
 	} `json:"specgate"`
 }
 

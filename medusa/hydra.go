@@ -413,6 +413,20 @@ func loadHydra(dir string, cfg Config, target *engine.Model, opts LoadOptions) (
 	}); err != nil {
 		return nil, err
 	}
+	if h.Shared && cfg.Specgate.SharedRowsInt8 {
+		// the shared rows as int8 for the CPU heads (setProjections kept
+		// them as float32 rows: projRaw with a vocabulary limit, else the
+		// whole lm_head)
+		rows := target.Weights.LMHead.Float32()
+		if h.ids != nil {
+			rows = h.projRaw[0]
+		}
+		q := model.QuantizeI8(model.NewF32(rows, h.Rows(), H))
+		p := engine.NewMatI8(q.I8, q.Scales, h.Rows(), H)
+		for i := range h.proj {
+			h.proj[i] = p
+		}
+	}
 	hy.projB = make([][]float32, K)
 	for i, b := range bias {
 		if b == nil {

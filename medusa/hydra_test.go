@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/specgate/specgate/engine"
+	"github.com/specgate/specgate/engine/model"
 	"github.com/specgate/specgate/safetensors"
 )
 
@@ -44,6 +45,7 @@ type tinyHydra struct {
 	headVocab  int    // > 0: own projections over the headVocab most frequent tokens
 	dtype      string // "f32", "f16" or "i8" (2-D weights I8 + per-row scale; biases F32)
 	prefix     string // stored names' prefix ("" or "hydra_head.")
+	sharedInt8 bool   // specgate.shared_rows_int8: the target's lm_head rows quantized at load
 	// w holds every tensor's values as the heads use them (float64; I8
 	// weights dequantized from the q and scale written)
 	w     map[string][]float64
@@ -154,6 +156,9 @@ func (th *tinyHydra) write(t testing.TB) string {
 	if th.headVocab > 0 {
 		sg["head_vocab"] = th.headVocab
 	}
+	if th.sharedInt8 {
+		sg["shared_rows_int8"] = true
+	}
 	cfg := map[string]any{"architectures": []string{"HydraModel"}, "base_model_name_or_path": "tiny", "hidden_size": th.H, "vocab_size": th.V,
 		"hydra_num_heads": th.K, "hydra_num_layers": th.L, "hydra_head_arch": "mlp", "grounded_heads": true, "torch_dtype": dtype, "specgate": sg}
 	b, _ := json.MarshalIndent(cfg, "", "  ")
@@ -237,6 +242,17 @@ func (th *tinyHydra) ref(E, lm []float64, h []float64, toks []int32, i int, ids 
 			}
 		} else {
 			row = lm[int(id)*H : (int(id)+1)*H]
+			if th.sharedInt8 { // the engine's own int8 quantizer (--quantize int8), row by row
+				f := make([]float32, H)
+				for c, v := range row {
+					f[c] = float32(v)
+				}
+				q := model.QuantizeI8(model.NewF32(f, 1, H))
+				row = make([]float64, H)
+				for c, v := range q.I8 {
+					row[c] = float64(v) * float64(q.Scales[0])
+				}
+			}
 		}
 		s := bias
 		for c := range H {
@@ -273,6 +289,8 @@ func tinyVariants() []struct {
 		{"compact-i8-shared", tinyHydra{K: 2, L: 3, H: 4, V: 16, r: 3, embedProj: true, dtype: "i8"}, 0},
 		// compact, the target's lm_head over the head_vocab most frequent tokens (no projections)
 		{"compact-shared-headvocab", tinyHydra{K: 2, L: 2, H: 4, V: 16, r: 2, embedProj: true, headVocab: 6, dtype: "f32"}, 0},
+		// the same with the shared rows in int8 (specgate.shared_rows_int8), cut to 5 tokens at load
+		{"compact-shared-int8-rows", tinyHydra{K: 2, L: 2, H: 4, V: 16, r: 2, embedProj: true, headVocab: 6, dtype: "i8", sharedInt8: true}, 5},
 		// reference layout in int8, own projections with bias, cut to 5 tokens at load
 		{"reference-i8-limit", tinyHydra{K: 2, L: 1, H: 4, V: 16, r: 4, res: true, own: true, projBias: true, dtype: "i8"}, 5},
 	}
@@ -653,6 +671,7 @@ func TestHydraQuantizeInt8(t *testing.T) {
 	}{
 		{"reference", tinyHydra{K: 2, L: 2, H: 4, V: 16, r: 4, res: true, own: true, projBias: true, dtype: "f32"}, 0},
 		{"compact-frspec-cut", tinyHydra{K: 2, L: 2, H: 4, V: 16, r: 2, embedProj: true, own: true, projBias: true, headVocab: 8, dtype: "f16"}, 5},
+		{"compact-shared", tinyHydra{K: 2, L: 2, H: 4, V: 16, r: 2, embedProj: true, headVocab: 6, dtype: "f32"}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			th := tc.th
@@ -687,7 +706,11 @@ func TestHydraQuantizeInt8(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if cfg.Specgate.SharedRowsInt8 != !th.own {
+				t.Fatalf("shared_rows_int8 %v for heads with own projections %v", cfg.Specgate.SharedRowsInt8, th.own)
+			}
 			q := th
+			q.sharedInt8 = !th.own
 			q.readTinyW(t, out)
 			if tc.rows > 0 {
 				q.headVocab = tc.rows

@@ -16,7 +16,8 @@ import (
 // QuantizeInt8 writes the heads directory dir to out with every 2-D weight
 // (the blocks' [H][H] and the vocabulary projections; for Hydra heads also
 // block 0's [H][H+(i+1)r] and res_connection, but not hydra_embed_proj,
-// which is used once at load time) stored as I8 with a
+// which is used once at load time; Hydra heads that share the target's
+// lm_head get specgate.shared_rows_int8, those rows in int8 at load) stored as I8 with a
 // per-row F32 scale tensor "<name>_scale" (symmetric: scale = max|row| / 127,
 // q = round(w / scale)); biases keep their dtype. Load reads that layout
 // (heads.go). rows > 0 also cuts FR-Spec projections (specgate.head_vocab)
@@ -178,6 +179,15 @@ func QuantizeInt8(dir, out string, rows int) (worst float64, err error) {
 	sg["quantization"] = "int8 per-row (weights I8, <name>_scale F32)"
 	if cfg.Hydra {
 		m["torch_dtype"] = "int8"
+		own := false
+		for _, n := range set.Names() {
+			own = own || isProj(n)
+		}
+		if !own || cfg.Specgate.ShareLMHead {
+			// heads on the target's lm_head rows: those rows in int8 too
+			// (at load; Config.Specgate.SharedRowsInt8)
+			sg["shared_rows_int8"] = true
+		}
 	}
 	cb, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
