@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -746,4 +747,91 @@ func TestHydraQuantizeInt8(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCollectHydra: tree tuning's statistics for Hydra heads are
+// teacher-forced: at position j (generated token j pending, hidden row j)
+// head k is given the true tokens j..j+k and ranks token j+k+1. The test
+// decodes greedily itself (its own forward loop), ranks with its own
+// float64 forward, and compares every rank Collect reports (positions
+// whose label ties another logit within 1e-4 are skipped).
+func TestCollectHydra(t *testing.T) {
+	target := tinyTarget(t, 4)
+	E := float64s(target.Weights.Embed.Float32())
+	lm := float64s(target.Weights.LMHead.Float32())
+	th := tinyVariants()[0].th
+	h, err := Load(th.write(t), target, LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompts := [][]int32{{1, 5, 9}, {2, 2, 7, 11, 3}}
+	const maxNew, maxRank = 12, 6
+	st, err := Collect(t.Context(), target, h, prompts, maxNew, maxRank)
+	if err != nil {
+		t.Fatal(err)
+	}
+	H, V := 4, 16
+	pos, checked := 0, 0
+	for _, p := range prompts {
+		seq := target.NewSequence()
+		items := []engine.BatchItem{{Seq: seq, Tokens: p, LogitsRows: []int32{int32(len(p) - 1)}, WantHidden: true}}
+		var gen []int32
+		var hidden [][]float64
+		for len(gen) < maxNew {
+			if err := target.ForwardBatch(items); err != nil {
+				t.Fatal(err)
+			}
+			hidden = append(hidden, float64s(items[0].Hidden[:H]))
+			best := int32(0)
+			for v, x := range items[0].Logits[:V] {
+				if x > items[0].Logits[best] {
+					best = int32(v)
+				}
+			}
+			gen = append(gen, best)
+			if slices.Contains(target.Config.EOS, best) {
+				break
+			}
+			items = []engine.BatchItem{{Seq: seq, Tokens: []int32{best}, WantHidden: true}}
+		}
+		seq.Free()
+		for j := range gen {
+			for k := range th.K {
+				got := st.Ranks[pos+j][k]
+				if j+k+1 >= len(gen) {
+					if got != NoLabel {
+						t.Fatalf("position %d head %d: rank %d past the continuation, want NoLabel", pos+j, k, got)
+					}
+					continue
+				}
+				l := th.ref(E, lm, hidden[j], gen[j:j+k+1], k, nil)
+				label := gen[j+k+1]
+				rank, tie := 0, false
+				for v, x := range l {
+					if int32(v) != label && math.Abs(x-l[label]) < 1e-4 {
+						tie = true
+					}
+					if x > l[label] {
+						rank++
+					}
+				}
+				if tie {
+					continue
+				}
+				want := uint8(rank)
+				if rank >= maxRank {
+					want = NoRank
+				}
+				if got != want {
+					t.Fatalf("position %d head %d: rank %d, want %d (teacher-forced path %v, label %d)", pos+j, k, got, want, gen[j:j+k+1], label)
+				}
+				checked++
+			}
+		}
+		pos += len(gen)
+	}
+	if pos != len(st.Ranks) || checked < 20 {
+		t.Fatalf("%d positions (Collect %d), %d ranks checked", pos, len(st.Ranks), checked)
+	}
+	t.Logf("%d positions, %d ranks checked", pos, checked)
 }
