@@ -59,7 +59,8 @@ type Options struct {
 	FastVerify bool
 	Eps        float32 // overrides cfg.RMSNormEps when > 0
 	// Quantize: "" (or "none"/"fp16"): fp16 weights; engine.QuantInt8:
-	// int8 weight-only projections and LM head (quant.go).
+	// int8 weight-only projections and LM head; QuantInt4: int4
+	// group-wise, quantized at upload (CUDA only; quant.go).
 	Quantize string
 	// Tuning is the kernel tuning of the backend's device (GEMV
 	// families, launch shapes, split attention; zero values: the
