@@ -32,6 +32,8 @@ func runBenchSpec(args []string) error {
 	modesFlag := fs.String("modes", "", "comma-separated mode names to run (default all); plain always runs first")
 	medusaDir := fs.String("medusa", "models/specgate-target-medusa", "Medusa heads directory for the medusa rows (\"\" = none)")
 	medusaVocab := fs.Int("medusa-vocab", 2048, "Medusa heads' vocabulary limit (most frequent tokens; 0 = all)")
+	hydraDir := fs.String("hydra", "", "a second heads directory (e.g. models/specgate-target-hydra) for rows \"hydra n=N\" and \"hydra adaptive\", run beside the medusa rows (\"\" = none)")
+	hydraVocab := fs.Int("hydra-vocab", 2048, "vocabulary limit of the --hydra heads (0 = all)")
 	draftVocab := fs.String("draft-vocab", "0", "comma-separated draft LM-head vocabulary limits (FR-Spec: the N most frequent tokens; 0 = all): each draft-model mode runs once per limit, rows named \"MODE v=N\"")
 	draftFreq := fs.String("draft-freq", "", "token frequencies ({\"counts\": [...]}) ranking the draft's restricted vocabulary (default: token_frequency.json in the draft's or the target's directory)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole benchmark to this file")
@@ -84,7 +86,10 @@ func runBenchSpec(args []string) error {
 		}
 	}
 	if *medusaDir != "" {
-		modes = append(modes, medusaBenchModes(*medusaDir, *medusaVocab)...)
+		modes = append(modes, medusaBenchModes("medusa", *medusaDir, *medusaVocab)...)
+	}
+	if *hydraDir != "" {
+		modes = append(modes, medusaBenchModes("hydra", *hydraDir, *hydraVocab)...)
 	}
 	if *modesFlag != "" {
 		want := map[string]bool{}

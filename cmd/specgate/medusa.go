@@ -79,7 +79,11 @@ func isSet(fs *flag.FlagSet, name string) bool {
 // tree (up to 63 nodes per request: on the GPU a verification step of up to
 // 64 tokens is one CUDA graph, and for the shipped target it costs 2-3
 // one-token steps, docs/medusa.md).
-func medusaBenchModes(dir string, vocab int) []speculative.BenchMode {
+//
+// name prefixes the rows ("medusa"; "hydra" for --hydra DIR, Hydra heads
+// beside the Medusa ones in the same invocation: bench spec runs every mode
+// once per run, so the two kinds alternate).
+func medusaBenchModes(name, dir string, vocab int) []speculative.BenchMode {
 	mk := func(tree string) func(*engine.Model) ([]engine.Proposer, error) {
 		return func(t *engine.Model) ([]engine.Proposer, error) {
 			p, err := medusa.New(t, medusa.Spec{Heads: dir, Tree: tree, VocabLimit: vocab})
@@ -90,15 +94,15 @@ func medusaBenchModes(dir string, vocab int) []speculative.BenchMode {
 		}
 	}
 	return []speculative.BenchMode{
-		{Name: "medusa n=1", New: mk("1")},
-		{Name: "medusa n=2", New: mk("2")},
-		{Name: "medusa n=3", New: mk("3")},
-		{Name: "medusa n=4", New: mk("4")},
-		{Name: "medusa n=8", New: mk("8")},
-		{Name: "medusa n=16", New: mk("16")},
-		{Name: "medusa n=32", New: mk("32"), MaxDraft: 32},
-		{Name: "medusa n=63", New: mk("63"), MaxDraft: 63},
-		{Name: "medusa adaptive", New: mk("16"), Adaptive: true},
-		{Name: "medusa adaptive n<=63", New: mk("63"), Adaptive: true, MaxDraft: 63},
+		{Name: name + " n=1", New: mk("1")},
+		{Name: name + " n=2", New: mk("2")},
+		{Name: name + " n=3", New: mk("3")},
+		{Name: name + " n=4", New: mk("4")},
+		{Name: name + " n=8", New: mk("8")},
+		{Name: name + " n=16", New: mk("16")},
+		{Name: name + " n=32", New: mk("32"), MaxDraft: 32},
+		{Name: name + " n=63", New: mk("63"), MaxDraft: 63},
+		{Name: name + " adaptive", New: mk("16"), Adaptive: true},
+		{Name: name + " adaptive n<=63", New: mk("63"), Adaptive: true, MaxDraft: 63},
 	}
 }
