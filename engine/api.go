@@ -115,6 +115,13 @@ type SpecStats struct {
 	// Exact is false when an approximate acceptance rule (Typical) decided
 	// some sampled tokens.
 	Exact bool
+	// Forwards counts the target's decode forwards the request took part
+	// in: plain one-token steps, verifying steps and each step of a
+	// multi-step greedy call, a step run ahead of a caller that stopped
+	// included (the work done, not what the caller took); the prefill is
+	// not counted. Decode tokens over Forwards is the request's tokens per
+	// target step.
+	Forwards int
 }
 
 // Result summarises a finished generation.

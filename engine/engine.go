@@ -993,6 +993,7 @@ func (e *Engine) step(ready []*request, active int) []*request {
 				e.generated.Add(int64(len(toks)))
 				if r.spec != nil {
 					r.spec.skipped(len(toks))
+					r.stats.Forwards += len(toks) // one forward per token
 				}
 				e.handOut(r, stepOut{toks: toks})
 				served = append(served, r)
@@ -1095,6 +1096,9 @@ func (e *Engine) step(ready []*request, active int) []*request {
 				e.handOut(r, stepOut{}) // progress without a token: keeps cancellation checks per step
 				continue
 			}
+		}
+		if r.spec != nil && !p.prefill {
+			r.stats.Forwards++ // a decode forward (the prefill's last chunk gives the first token)
 		}
 		if p.tree != nil {
 			e.verify(r, p.tree, it)

@@ -514,6 +514,7 @@ func usageOf(j *job, res []engine.Result) *Usage {
 			spec.Steps += r.Spec.Steps
 			spec.Proposed += r.Spec.Proposed
 			spec.Accepted += r.Spec.Accepted
+			spec.Forwards += r.Spec.Forwards
 			spec.Exact = spec.Exact && r.Spec.Exact
 			for src, st := range r.Spec.BySource {
 				if spec.BySource == nil {

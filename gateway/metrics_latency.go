@@ -117,10 +117,12 @@ func (l *latencyMetrics) finished(model, outcome string, usage *Usage, e2e, ttft
 		if sp := usage.Speculative; sp != nil && sp.Steps > 0 {
 			g.specSecs += decode
 			g.specDecTok += float64(max(usage.CompletionTokens-1, 0))
-			// every decode forward gives one token of its own (a plain
-			// step's, or a tree's bonus token) beside the draft tokens it
-			// accepted; Spec.Steps counts only the forwards with a tree
-			g.specForwards += float64(max(usage.CompletionTokens-1-sp.Accepted, 0))
+			// the engine's count of the request's decode forwards, plain
+			// or verifying (Spec.Steps counts only those with a tree);
+			// decode tokens - accepted would miss a forward whose own
+			// token the caller did not take (an end token or a stop
+			// string inside an accepted path) and a step run ahead of it
+			g.specForwards += float64(sp.Forwards)
 			g.addSpecSaved(usage, decode)
 		} else if usage.CompletionTokens > 1 {
 			g.plainSecs += decode
@@ -139,7 +141,7 @@ func (l *latencyMetrics) finished(model, outcome string, usage *Usage, e2e, ttft
 var (
 	specTokensPerStepDesc = prometheus.NewDesc("specgate_spec_tokens_per_step",
 		"Decode tokens (after the first) per target decode forward of requests that speculated, since start, by model: the speedup speculation would give if a verification step cost what a one-token step costs. "+
-			"A forward gives one token of its own (a plain step's, or a draft tree's bonus token) and the draft tokens it accepted, so forwards = decode tokens - accepted.", []string{"model"}, nil)
+			"Forwards are the engine's count per request (plain or verifying; a step run ahead of a caller that stopped included).", []string{"model"}, nil)
 	specSpeedupDesc = prometheus.NewDesc("specgate_spec_speedup",
 		"Measured decode speedup of speculation, by model: seconds per token of requests without speculation over seconds per token of requests with it (since start; both kinds must have run).", []string{"model"}, nil)
 )

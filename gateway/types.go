@@ -305,6 +305,9 @@ type SpeculativeUsage struct {
 	// BySource splits proposed and accepted draft tokens by draft source
 	// (draft, medusa, suffix, prediction, near_miss, ...).
 	BySource map[string]SpeculativeSource `json:"by_source,omitempty"`
+	// Forwards is engine.SpecStats.Forwards: the target's decode forwards
+	// of the request (specgate_spec_tokens_per_step); not in the API.
+	Forwards int `json:"-"`
 }
 
 // SpeculativeSource is one draft source's share of a request's speculation.
