@@ -3,15 +3,11 @@ package gateway
 import (
 	"encoding/json"
 	"math"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/speculative"
 )
 
@@ -23,27 +19,7 @@ import (
 // backend for these requests; the gauge was decode tokens over
 // (decode tokens - accepted), which drops every such forward.
 func TestSpecTokensPerStepStopInPath(t *testing.T) {
-	if _, err := os.Stat(filepath.Join(shippedDir, "config.json")); err != nil {
-		t.Skipf("shipped model %s not present: %v", shippedDir, err)
-	}
-	var fb *decodeForwards
-	m, err := engine.Load(shippedDir, engine.LoadOptions{DisablePrefixCache: true,
-		NewBackend: func(cfg engine.Config, w *engine.Weights, slots int) (engine.Backend, error) {
-			b, err := engine.NewCPUBackend(cfg, w, slots, 2)
-			if err != nil {
-				return nil, err
-			}
-			fb = &decodeForwards{Backend: b}
-			return fb, nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := engine.New(m, engine.Options{FixedDraft: true, MaxDraft: 8,
-		StepCost: func(n int) time.Duration { return time.Millisecond + time.Duration(n)*100*time.Microsecond }})
-	t.Cleanup(func() { e.Close() })
-	lm := &LocalModel{Name: "specgate-target", Generator: e, Tokenizer: m.Tokenizer, ContextLength: m.Config.MaxPositions, KV: m.KV()}
-	ts := startServer(t, Options{Models: []*LocalModel{lm}})
+	fb, ts := decodeForwardsServer(t, 8)
 	const maxTokens = 40
 	noCache := map[string]string{"Cache-Control": "no-cache, no-store"}
 	var dec, forwards float64

@@ -41,27 +41,7 @@ func (b *decodeForwards) Forward(reqs []*engine.ForwardRequest) error {
 // left to draft), and the decode forwards each took. The engine's step costs are fixed
 // (StepCost), so no calibration forward reaches the backend.
 func TestSpecTokensPerStep(t *testing.T) {
-	if _, err := os.Stat(filepath.Join(shippedDir, "config.json")); err != nil {
-		t.Skipf("shipped model %s not present: %v", shippedDir, err)
-	}
-	var fb *decodeForwards
-	m, err := engine.Load(shippedDir, engine.LoadOptions{DisablePrefixCache: true,
-		NewBackend: func(cfg engine.Config, w *engine.Weights, slots int) (engine.Backend, error) {
-			b, err := engine.NewCPUBackend(cfg, w, slots, 2)
-			if err != nil {
-				return nil, err
-			}
-			fb = &decodeForwards{Backend: b}
-			return fb, nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := engine.New(m, engine.Options{FixedDraft: true, MaxDraft: 16,
-		StepCost: func(n int) time.Duration { return time.Millisecond + time.Duration(n)*100*time.Microsecond }})
-	t.Cleanup(func() { e.Close() })
-	lm := &LocalModel{Name: "specgate-target", Generator: e, Tokenizer: m.Tokenizer, ContextLength: m.Config.MaxPositions, KV: m.KV()}
-	ts := startServer(t, Options{Models: []*LocalModel{lm}})
+	fb, ts := decodeForwardsServer(t, 16)
 	const maxTokens = 40
 	noCache := map[string]string{"Cache-Control": "no-cache, no-store"}
 	// the first bench prompt whose plain answer runs to max_tokens: every
@@ -107,4 +87,33 @@ func TestSpecTokensPerStep(t *testing.T) {
 	if err != nil || math.Abs(got-want) > 1e-9*want {
 		t.Fatalf("specgate_spec_tokens_per_step %s, want %.6f (%.0f decode tokens in %.0f target decode forwards)", v[1], want, decTokens, forwards)
 	}
+}
+
+// decodeForwardsServer serves the shipped model with speculation on fixed
+// draft trees of up to maxDraft nodes behind a backend that counts decode
+// forwards; the step costs are fixed (StepCost), so no calibration forward
+// reaches the backend. It skips without the shipped model.
+func decodeForwardsServer(t *testing.T, maxDraft int) (*decodeForwards, *testServer) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(shippedDir, "config.json")); err != nil {
+		t.Skipf("shipped model %s not present: %v", shippedDir, err)
+	}
+	var fb *decodeForwards
+	m, err := engine.Load(shippedDir, engine.LoadOptions{DisablePrefixCache: true,
+		NewBackend: func(cfg engine.Config, w *engine.Weights, slots int) (engine.Backend, error) {
+			b, err := engine.NewCPUBackend(cfg, w, slots, 2)
+			if err != nil {
+				return nil, err
+			}
+			fb = &decodeForwards{Backend: b}
+			return fb, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := engine.New(m, engine.Options{FixedDraft: true, MaxDraft: maxDraft,
+		StepCost: func(n int) time.Duration { return time.Millisecond + time.Duration(n)*100*time.Microsecond }})
+	t.Cleanup(func() { e.Close() })
+	lm := &LocalModel{Name: "specgate-target", Generator: e, Tokenizer: m.Tokenizer, ContextLength: m.Config.MaxPositions, KV: m.KV()}
+	return fb, startServer(t, Options{Models: []*LocalModel{lm}})
 }
