@@ -515,6 +515,7 @@ func usageOf(j *job, res []engine.Result) *Usage {
 			spec.Proposed += r.Spec.Proposed
 			spec.Accepted += r.Spec.Accepted
 			spec.Forwards += r.Spec.Forwards
+			spec.DecodeTokens += max(r.CompletionTokens-1, 0) // each choice's first token is its prefill's
 			spec.Exact = spec.Exact && r.Spec.Exact
 			for src, st := range r.Spec.BySource {
 				if spec.BySource == nil {

@@ -116,7 +116,7 @@ func (l *latencyMetrics) finished(model, outcome string, usage *Usage, e2e, ttft
 		decode := (e2e - ttft).Seconds()
 		if sp := usage.Speculative; sp != nil && sp.Steps > 0 {
 			g.specSecs += decode
-			g.specDecTok += float64(max(usage.CompletionTokens-1, 0))
+			g.specDecTok += float64(sp.DecodeTokens) // per choice: completion tokens - 1
 			// the engine's count of the request's decode forwards, plain
 			// or verifying (Spec.Steps counts only those with a tree);
 			// decode tokens - accepted would miss a forward whose own

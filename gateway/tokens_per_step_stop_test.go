@@ -77,3 +77,34 @@ func TestSpecTokensPerStepStopInPath(t *testing.T) {
 		t.Fatalf("specgate_spec_tokens_per_step %s, want %.6f (%.0f decode tokens in %.0f target decode forwards)", v[1], want, dec, forwards)
 	}
 }
+
+// TestSpecTokensPerStepChoices: with n choices a request's usage sums the
+// choices' completion tokens, each of which has its first token from the
+// prefill: decode tokens are completion tokens - n, not - 1. Reference:
+// the decode forwards counted at the target's backend and each choice's
+// decode tokens (the choices of a greedy request are equal).
+func TestSpecTokensPerStepChoices(t *testing.T) {
+	fb, ts := decodeForwardsServer(t, 16)
+	const maxTokens, n = 40, 3
+	b, _ := json.Marshal(map[string]any{"model": "specgate-target", "temperature": 0, "max_tokens": maxTokens,
+		"messages": []map[string]string{{"role": "user", "content": speculative.BenchPrompts()[0]}}})
+	base := string(b[:len(b)-1])
+	plain := chatDraft(t, ts.URL, "", base+`}`, map[string]string{"Cache-Control": "no-cache, no-store", HeaderSpeculation: "off"})
+	pred, _ := json.Marshal(map[string]any{"type": "content", "content": plain.content})
+	before := fb.n.Load()
+	got := chatDraft(t, ts.URL, "", base+`,"n":`+strconv.Itoa(n)+`,"prediction":`+string(pred)+`}`, map[string]string{"Cache-Control": "no-cache, no-store"})
+	fw := float64(fb.n.Load() - before)
+	sp := got.usage.Speculative
+	if sp == nil || sp.Steps == 0 || got.usage.CompletionTokens != n*plain.usage.CompletionTokens {
+		t.Fatalf("n=%d: usage %+v spec %+v (plain answer %d tokens)", n, got.usage, sp, plain.usage.CompletionTokens)
+	}
+	dec := float64(n * (plain.usage.CompletionTokens - 1))
+	want := dec / fw
+	v := regexp.MustCompile(`(?m)^specgate_spec_tokens_per_step\{model="specgate-target"\} (\S+)$`).FindStringSubmatch(metricsText(t, ts.URL))
+	if v == nil {
+		t.Fatal("/metrics lacks specgate_spec_tokens_per_step")
+	}
+	if g, err := strconv.ParseFloat(v[1], 64); err != nil || math.Abs(g-want) > 1e-9*want {
+		t.Fatalf("specgate_spec_tokens_per_step %s, want %.6f (%d choices: %.0f decode tokens in %.0f target decode forwards)", v[1], want, n, dec, fw)
+	}
+}

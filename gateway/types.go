@@ -306,8 +306,11 @@ type SpeculativeUsage struct {
 	// (draft, medusa, suffix, prediction, near_miss, ...).
 	BySource map[string]SpeculativeSource `json:"by_source,omitempty"`
 	// Forwards is engine.SpecStats.Forwards: the target's decode forwards
-	// of the request (specgate_spec_tokens_per_step); not in the API.
-	Forwards int `json:"-"`
+	// of the request, and DecodeTokens its choices' completion tokens
+	// after each one's first (the prefill's): specgate_spec_tokens_per_step.
+	// Not in the API.
+	Forwards     int `json:"-"`
+	DecodeTokens int `json:"-"`
 }
 
 // SpeculativeSource is one draft source's share of a request's speculation.
