@@ -572,6 +572,11 @@ func frequentTokens(dir string, cfg Config, V, limit int) ([]int32, error) {
 	if len(f.Counts) != V {
 		return nil, fmt.Errorf("%s: counts: %d entries, target vocab_size %d: %w", path, len(f.Counts), V, ErrMismatch)
 	}
+	if limit < 1 || limit > V {
+		// callers check their own limit (specgate.head_vocab, a vocabulary
+		// limit, medusaquant's -rows) first; this keeps order[:limit] in range
+		return nil, fmt.Errorf("%s: %d most frequent tokens (specgate.head_vocab or the vocabulary limit) of a vocabulary of %d (the counts of %s): want 1..%d: %w", filepath.Join(dir, ConfigFile), limit, V, path, V, ErrFormat)
+	}
 	order := make([]int32, V)
 	for i := range order {
 		order[i] = int32(i)

@@ -59,6 +59,9 @@ func QuantizeInt8(dir, out string, rows int) (worst float64, err error) {
 			}
 			V = len(f.Counts)
 		}
+		if HV > V {
+			return 0, fmt.Errorf("%s: specgate.head_vocab %d > the vocabulary's %d tokens (vocab_size, or the counts of %s without it): %w", cfgPath, HV, V, cfg.Specgate.TokenFrequency, ErrFormat)
+		}
 		all, err := frequentTokens(dir, cfg, V, HV)
 		if err != nil {
 			return 0, err

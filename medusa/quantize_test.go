@@ -1,6 +1,7 @@
 package medusa
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
 	"os"
@@ -170,5 +171,49 @@ func TestInt8Errors(t *testing.T) {
 	// the quantized directory itself loads and names its files as before
 	if _, err := os.Stat(filepath.Join(q, "token_frequency.json")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestQuantizeHeadVocabBeyondVocabulary: medusaquant -rows on a directory
+// whose specgate.head_vocab exceeds the vocabulary (config.json without
+// vocab_size: the vocabulary is the frequency file's 16 counts; or with
+// vocab_size 16) is an ErrFormat naming config.json and the field, not a
+// slice-bounds panic in frequentTokens.
+func TestQuantizeHeadVocabBeyondVocabulary(t *testing.T) {
+	for _, vocabSize := range []any{nil, 16} {
+		th := tinyHydra{K: 2, L: 1, H: 4, V: 16, r: 4, own: true, headVocab: 6, dtype: "f32"}
+		dir := th.write(t)
+		p := filepath.Join(dir, ConfigFile)
+		b, _ := os.ReadFile(p)
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		if vocabSize == nil {
+			delete(m, "vocab_size")
+		}
+		m["specgate"].(map[string]any)["head_vocab"] = 20
+		b, _ = json.Marshal(m)
+		os.WriteFile(p, b, 0o644)
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("vocab_size %v: panic: %v", vocabSize, r)
+				}
+			}()
+			_, err := QuantizeInt8(dir, t.TempDir(), 5)
+			if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "specgate.head_vocab 20") {
+				t.Fatalf("vocab_size %v: err = %v, want ErrFormat naming %s and specgate.head_vocab 20", vocabSize, err, p)
+			}
+		}()
+		// frequentTokens itself refuses a limit beyond the vocabulary
+		raw, _ := os.ReadFile(p)
+		cfg, err := ParseConfig(raw, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := frequentTokens(dir, cfg, 16, 20); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "specgate.head_vocab") {
+			t.Fatalf("frequentTokens(limit 20 of 16): err = %v", err)
+		}
 	}
 }
