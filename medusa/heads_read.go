@@ -34,15 +34,9 @@ func (r *weightReader) read(c string, shape []int64) ([]float32, error) {
 		return nil, fmt.Errorf("%s: tensor %q: missing (%s): %w", wPath, c, r.missing, ErrFormat)
 	}
 	info, _ := set.Info(n)
-	scaleName, hasScale := names[c+"_scale"]
-	if info.DType == safetensors.I8 {
-		if !hasScale || len(shape) != 2 {
-			return nil, fmt.Errorf("%s: tensor %q: dtype I8 needs a per-row scale tensor %q [%d] (int8 weights: row r = int8 values x scale[r]): %w", wPath, n, c+"_scale", shape[0], ErrFormat)
-		}
-	} else if !info.DType.Float() {
-		return nil, fmt.Errorf("%s: tensor %q: dtype %s unsupported (want F32, F16, BF16, or I8 with a %q tensor): %w", wPath, n, info.DType, c+"_scale", ErrFormat)
-	} else if hasScale {
-		return nil, fmt.Errorf("%s: tensor %q: a scale tensor %q for a %s weight (scales go with I8 weights only): %w", wPath, scaleName, scaleName, info.DType, ErrFormat)
+	scaleName := names[c+"_scale"]
+	if err := r.checkDType(c, len(shape)); err != nil {
+		return nil, err
 	}
 	if len(info.Shape) != len(shape) || !sameShape(info.Shape, shape) {
 		err := ErrFormat
@@ -78,6 +72,32 @@ func (r *weightReader) read(c string, shape []int64) ([]float32, error) {
 		}
 	}
 	return buf, nil
+}
+
+// checkDType checks the dtype of the present tensor c, a parameter of
+// rank dims: F32, F16 or BF16, or I8 for a 2-D weight with its per-row
+// scale tensor "<c>_scale" (a scale goes with an I8 weight only). read
+// checks it before reading; Check runs it on every tensor without reading,
+// so that config check and Load refuse the same files.
+func (r *weightReader) checkDType(c string, dims int) error {
+	n := r.names[c]
+	info, _ := r.set.Info(n)
+	scaleName, hasScale := r.names[c+"_scale"]
+	switch {
+	case info.DType == safetensors.I8 && !hasScale:
+		rows := int64(0)
+		if len(info.Shape) > 0 {
+			rows = info.Shape[0]
+		}
+		return fmt.Errorf("%s: tensor %q: dtype I8 needs a per-row scale tensor %q [%d] (int8 weights: row r = int8 values x scale[r]): %w", r.file, n, c+"_scale", rows, ErrFormat)
+	case info.DType == safetensors.I8 && dims != 2:
+		return fmt.Errorf("%s: tensor %q: dtype I8 needs a per-row scale tensor %q (int8 weights: row r = int8 values x scale[r]): %w", r.file, n, c+"_scale", ErrFormat)
+	case info.DType != safetensors.I8 && !info.DType.Float():
+		return fmt.Errorf("%s: tensor %q: dtype %s unsupported (want F32, F16, BF16, or I8 with a %q tensor): %w", r.file, n, info.DType, c+"_scale", ErrFormat)
+	case info.DType != safetensors.I8 && hasScale:
+		return fmt.Errorf("%s: tensor %q: a scale tensor %q for a %s weight (scales go with I8 weights only): %w", r.file, scaleName, scaleName, info.DType, ErrFormat)
+	}
+	return nil
 }
 
 // floats returns tensor c as float32 values whatever its dtype (an I8

@@ -188,6 +188,75 @@ func hydraNames(set *safetensors.File, wPath, cfgPath string, K, L int) (map[str
 	return names, nil
 }
 
+// hydraLayout checks that rd's names (from hydraNames) hold every tensor
+// Load reads for K heads x L blocks, in one of the layouts: every head's
+// blocks' linear weight and bias; a res_connection in block 0 of every head
+// (the reference layout) or of none (the compact one), its bias only with
+// it; a vocabulary projection in every head or in none, its bias only with
+// it; and dtypes Load reads (weightReader.checkDType). Load and Check (config
+// check) both call it, so that the two refuse the same directories. It
+// returns whether the heads have res_connections and their own projections.
+func hydraLayout(rd *weightReader, K, L int) (res, own bool, err error) {
+	canon := make([]string, 0, len(rd.names))
+	for c := range rd.names {
+		canon = append(canon, c)
+	}
+	sort.Strings(canon)
+	for _, c := range canon {
+		if strings.HasSuffix(c, "_scale") {
+			continue // checked with its weight
+		}
+		shape, _ := hydraShape(c, K, L, 1, 1, 1)
+		if err := rd.checkDType(c, len(shape)); err != nil {
+			return false, false, err
+		}
+	}
+	for i := range K {
+		for j := range L {
+			for _, f := range []string{"weight", "bias"} {
+				if c := fmt.Sprintf("hydra_mlp.%d.%d.linear.%s", i, j, f); rd.names[c] == "" {
+					return false, false, fmt.Errorf("%s: tensor %q: missing (%s): %w", rd.file, c, rd.missing, ErrFormat)
+				}
+			}
+		}
+	}
+	// allOrNone counts the heads with tensor name(i) and names one that
+	// lacks it when some but not all have it
+	allOrNone := func(name func(int) string, what string) (bool, error) {
+		n := 0
+		for i := range K {
+			if rd.names[name(i)] != "" {
+				n++
+			}
+		}
+		if n != 0 && n != K {
+			for i := range K {
+				if c := name(i); rd.names[c] == "" {
+					return false, fmt.Errorf("%s: tensor %q: missing (%d of %d heads have %s: all or none): %w", rd.file, c, n, K, what, ErrFormat)
+				}
+			}
+		}
+		return n == K, nil
+	}
+	if res, err = allOrNone(func(i int) string { return fmt.Sprintf("hydra_mlp.%d.0.res_connection.weight", i) },
+		"a res_connection in block 0 (all, the reference layout, or none, the compact one)"); err != nil {
+		return false, false, err
+	}
+	if own, err = allOrNone(func(i int) string { return fmt.Sprintf("hydra_lm_head.%d.weight", i) },
+		`a vocabulary projection ("hydra_lm_head.{head}.weight")`); err != nil {
+		return false, false, err
+	}
+	for i := range K {
+		if c := fmt.Sprintf("hydra_mlp.%d.0.res_connection.bias", i); rd.names[c] != "" && !res {
+			return false, false, fmt.Errorf("%s: tensor %q: a res_connection bias without its weight: %w", rd.file, rd.names[c], ErrFormat)
+		}
+		if c := fmt.Sprintf("hydra_lm_head.%d.bias", i); rd.names[c] != "" && !own {
+			return false, false, fmt.Errorf("%s: tensor %q: a projection bias without its weight (\"hydra_lm_head.%d.weight\"): %w", rd.file, rd.names[c], i, ErrFormat)
+		}
+	}
+	return res, own, nil
+}
+
 // hydraEmbedDim is r: hydra_embed_proj.weight's rows when the file has it
 // (its columns must be H), else H; config.json's specgate.embed_dim, when
 // set, must agree.
@@ -258,6 +327,10 @@ func loadHydra(dir string, cfg Config, target *engine.Model, opts LoadOptions) (
 	}
 	rd := &weightReader{set: set, file: wPath, names: names, H: H, V: V, i8: map[string]int8Mat{},
 		missing: fmt.Sprintf("%d Hydra heads x %d blocks in %s", K, L, cfgPath)}
+	hasRes, hasOwn, err := hydraLayout(rd, K, L)
+	if err != nil {
+		return nil, err
+	}
 	h := &Heads{Config: cfg, Dir: dir, NumHeads: K, Hidden: H, Vocab: V, layers: L, threads: opts.Threads}
 	hy := &hydraParts{r: r, embed: E}
 	h.hy = hy
@@ -268,26 +341,6 @@ func loadHydra(dir string, cfg Config, target *engine.Model, opts LoadOptions) (
 			return nil, err
 		}
 		hy.cTab = embedTable(E, engine.NewMat(p, r, H), h.threads)
-	}
-	// the reference layout has a res_connection in every head's block 0,
-	// the compact one in none
-	res := 0
-	for i := range K {
-		if _, ok := names[fmt.Sprintf("hydra_mlp.%d.0.res_connection.weight", i)]; ok {
-			res++
-		}
-	}
-	if res != 0 && res != K {
-		for i := range K {
-			if c := fmt.Sprintf("hydra_mlp.%d.0.res_connection.weight", i); names[c] == "" {
-				return nil, fmt.Errorf("%s: tensor %q: missing (%d of %d heads have a res_connection in block 0: all, the reference layout, or none, the compact one): %w", wPath, c, res, K, ErrFormat)
-			}
-		}
-	}
-	for i := range K {
-		if _, ok := names[fmt.Sprintf("hydra_mlp.%d.0.res_connection.bias", i)]; ok && res == 0 {
-			return nil, fmt.Errorf("%s: tensor %q: a res_connection bias without its weight: %w", wPath, names[fmt.Sprintf("hydra_mlp.%d.0.res_connection.bias", i)], ErrFormat)
-		}
 	}
 	// mat reads a 2-D weight as a CPU matrix, split into its first split
 	// columns and the rest (split 0: one matrix, second nil).
@@ -312,7 +365,7 @@ func loadHydra(dir string, cfg Config, target *engine.Model, opts LoadOptions) (
 	h.w = make([][]*engine.Mat, K)
 	h.b = make([][][]float32, K)
 	hy.w0h, hy.w0x, hy.b0 = make([]*engine.Mat, K), make([]*engine.Mat, K), make([][]float32, K)
-	if res > 0 {
+	if hasRes {
 		hy.rh, hy.rx, hy.rb = make([]*engine.Mat, K), make([]*engine.Mat, K), make([][]float32, K)
 	}
 	for i := range K {
@@ -323,7 +376,7 @@ func loadHydra(dir string, cfg Config, target *engine.Model, opts LoadOptions) (
 		if hy.b0[i], err = rd.read(fmt.Sprintf("hydra_mlp.%d.0.linear.bias", i), []int64{int64(H)}); err != nil {
 			return nil, err
 		}
-		if res > 0 {
+		if hasRes {
 			if hy.rh[i], hy.rx[i], err = mat(fmt.Sprintf("hydra_mlp.%d.0.res_connection.weight", i), H, cols, H); err != nil {
 				return nil, err
 			}
@@ -351,22 +404,8 @@ func loadHydra(dir string, cfg Config, target *engine.Model, opts LoadOptions) (
 
 	// projections: every head's own (hydra_lm_head.{i}.weight, optional
 	// bias) or none (the target's lm_head)
-	own := 0
-	for i := range K {
-		if _, ok := names[fmt.Sprintf("hydra_lm_head.%d.weight", i)]; ok {
-			own++
-		}
-	}
-	if own != 0 && own != K {
-		return nil, fmt.Errorf("%s: %d of %d heads have a vocabulary projection (\"hydra_lm_head.{head}.weight\"): all or none: %w", wPath, own, K, ErrFormat)
-	}
-	for i := range K {
-		if c := fmt.Sprintf("hydra_lm_head.%d.bias", i); names[c] != "" && own == 0 {
-			return nil, fmt.Errorf("%s: tensor %q: a projection bias without its weight (\"hydra_lm_head.%d.weight\"): %w", wPath, names[c], i, ErrFormat)
-		}
-	}
-	h.Shared = own == 0 || opts.ShareLMHead || cfg.Specgate.ShareLMHead
-	if cfg.Specgate.ShareLMHead && own != 0 && !opts.ShareLMHead {
+	h.Shared = !hasOwn || opts.ShareLMHead || cfg.Specgate.ShareLMHead
+	if cfg.Specgate.ShareLMHead && hasOwn && !opts.ShareLMHead {
 		return nil, fmt.Errorf("%s: specgate.share_lm_head is true but %s has vocabulary projections: %w", cfgPath, wPath, ErrFormat)
 	}
 	HV := cfg.Specgate.HeadVocab
@@ -604,10 +643,10 @@ func checkHydra(s Spec, cfg Config, hidden, vocab int) error {
 			}
 		}
 	}
-	for i := range K {
-		if c := fmt.Sprintf("hydra_mlp.%d.0.linear.weight", i); names[c] == "" {
-			return fmt.Errorf("%s: tensor %q: missing (%d Hydra heads x %d blocks in %s): %w", wPath, c, K, L, cfgPath, ErrFormat)
-		}
+	rd := &weightReader{set: set, file: wPath, names: names, H: hidden, V: vocab,
+		missing: fmt.Sprintf("%d Hydra heads x %d blocks in %s", K, L, cfgPath)}
+	if _, _, err := hydraLayout(rd, K, L); err != nil {
+		return err // what Load refuses before reading a value
 	}
 	return nil
 }

@@ -1,0 +1,50 @@
+package medusa
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/specgate/specgate/safetensors"
+)
+
+// TestHydraCheckAgreesWithLoad: Check (what `specgate config check` runs)
+// refuses every incomplete Hydra directory that Load refuses, naming the
+// same tensor: a missing block, a missing bias, one head without its
+// projection, one head without its res_connection, an I8 weight without its
+// scale (review H2).
+func TestHydraCheckAgreesWithLoad(t *testing.T) {
+	target := tinyTarget(t, 4)
+	ref := tinyHydra{K: 2, L: 2, H: 4, V: 16, r: 4, res: true, own: true, projBias: true, dtype: "f32"}
+	refI8 := ref
+	refI8.dtype = "i8"
+	for _, c := range []struct {
+		name string
+		th   tinyHydra
+		edit func([]safetensors.Tensor) []safetensors.Tensor
+		want string // the tensor both errors name
+		also string // and a phrase of both
+	}{
+		{"block", ref, dropTensor("hydra_mlp.1.1.linear.weight"), `"hydra_mlp.1.1.linear.weight"`, "missing"},
+		{"bias", ref, dropTensor("hydra_mlp.1.0.linear.bias"), `"hydra_mlp.1.0.linear.bias"`, "missing"},
+		{"projection", ref, dropTensor("hydra_lm_head.1.weight"), `"hydra_lm_head.1.weight"`, "1 of 2 heads have a vocabulary projection"},
+		{"res_connection", ref, dropTensor("hydra_mlp.1.0.res_connection.weight"), `"hydra_mlp.1.0.res_connection.weight"`, "1 of 2 heads have a res_connection"},
+		{"scale", refI8, dropTensor("hydra_mlp.1.1.linear.weight_scale"), `"hydra_mlp.1.1.linear.weight"`, "per-row scale"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			th := c.th
+			dir := th.write(t)
+			rewriteWeights(t, dir, c.edit)
+			cerr := Check(Spec{Heads: dir}, 4, 16)
+			_, lerr := Load(dir, target, LoadOptions{})
+			for _, e := range []struct {
+				who string
+				err error
+			}{{"Check", cerr}, {"Load", lerr}} {
+				if !errors.Is(e.err, ErrFormat) || !strings.Contains(e.err.Error(), c.want) || !strings.Contains(e.err.Error(), c.also) {
+					t.Errorf("%s: err = %v, want ErrFormat naming %s and %q", e.who, e.err, c.want, c.also)
+				}
+			}
+		})
+	}
+}
