@@ -258,7 +258,7 @@ func hydraLayout(rd *weightReader, K, L int) (res, own bool, err error) {
 }
 
 // hydraEmbedDim is r: hydra_embed_proj.weight's rows when the file has it
-// (its columns must be H), else H; config.json's specgate.embed_dim, when
+// (its columns must be H, its rows at most H), else H; config.json's specgate.embed_dim, when
 // set, must agree.
 func hydraEmbedDim(set *safetensors.File, names map[string]string, wPath, cfgPath string, cfg Config, H int) (int, error) {
 	r := H
@@ -269,6 +269,13 @@ func hydraEmbedDim(set *safetensors.File, names map[string]string, wPath, cfgPat
 			return 0, fmt.Errorf("%s: tensor %q: shape %v, want [embed_dim, hidden_size %d]: %w", wPath, n, info.Shape, H, ErrFormat)
 		case H > 0 && info.Shape[1] != int64(H):
 			return 0, fmt.Errorf("%s: tensor %q: shape %v, want [embed_dim, %d] for target hidden_size %d: %w", wPath, n, info.Shape, H, H, ErrMismatch)
+		case H > 0 && info.Shape[0] > int64(H):
+			// the projection narrows the token vectors (r = H without it);
+			// a wider one would only grow Load's [V][r] table of c(x)
+			return 0, fmt.Errorf("%s: tensor %q: shape %v: embed_dim %d > hidden_size %d (hydra_embed_proj narrows the embedding rows: want 1..%d rows): %w", wPath, n, info.Shape, info.Shape[0], H, H, ErrFormat)
+		case info.Shape[0] > 1<<16:
+			// hidden size unknown (config check without a model): the bound of specgate.embed_dim
+			return 0, fmt.Errorf("%s: tensor %q: shape %v: embed_dim %d > 65536: %w", wPath, n, info.Shape, info.Shape[0], ErrFormat)
 		}
 		r = int(info.Shape[0])
 	}

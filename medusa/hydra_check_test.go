@@ -48,3 +48,26 @@ func TestHydraCheckAgreesWithLoad(t *testing.T) {
 		})
 	}
 }
+
+// TestHydraEmbedProjWiderThanHidden: hydra_embed_proj narrows the target's
+// embedding rows (r <= hidden_size); a wider one (r = 4H+1 here, a
+// consistent directory otherwise) is refused by Load and Check with
+// ErrFormat naming the tensor and hidden_size, before Load allocates its
+// [V][r] token table (review H3: r was bounded by the file size only).
+func TestHydraEmbedProjWiderThanHidden(t *testing.T) {
+	target := tinyTarget(t, 4)
+	for _, dtype := range []string{"f32", "i8"} {
+		th := tinyHydra{K: 2, L: 1, H: 4, V: 16, r: 17, embedProj: true, dtype: dtype}
+		dir := th.write(t)
+		cerr := Check(Spec{Heads: dir}, 4, 16)
+		_, lerr := Load(dir, target, LoadOptions{})
+		for _, e := range []struct {
+			who string
+			err error
+		}{{"Check", cerr}, {"Load", lerr}} {
+			if !errors.Is(e.err, ErrFormat) || !strings.Contains(e.err.Error(), `"hydra_embed_proj.weight"`) || !strings.Contains(e.err.Error(), "hidden_size 4") {
+				t.Errorf("%s %s: err = %v, want ErrFormat naming \"hydra_embed_proj.weight\" and hidden_size 4", dtype, e.who, e.err)
+			}
+		}
+	}
+}
