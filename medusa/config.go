@@ -84,7 +84,9 @@ func ParseTree(spec string, c Config) (*Tree, error) {
 
 // Check validates a Medusa setting without loading a model (for `config
 // check`): the heads directory's config.json, the weights file's header
-// (tensor names and shapes, against hidden/vocab when given: 0 = unknown),
+// (tensor names and shapes, against hidden/vocab when given: 0 = unknown;
+// every tensor Load requires and its dtype, through Load's own
+// medusaLayout / hydraLayout),
 // the token frequency file when VocabLimit needs it, and the tree.
 func Check(s Spec, hidden, vocab int) error {
 	if s.Heads == "" {
@@ -128,6 +130,10 @@ func Check(s Spec, hidden, vocab int) error {
 		return fmt.Errorf("%w: %w", ErrFormat, err)
 	}
 	defer f.Close()
+	names, err := medusaNames(f, wPath, cfgPath, cfg.NumHeads, cfg.NumLayers)
+	if err != nil {
+		return err
+	}
 	for _, n := range f.Names() {
 		info, _ := f.Info(n)
 		c := strings.TrimPrefix(n, "medusa_head.")
@@ -162,6 +168,11 @@ func Check(s Spec, hidden, vocab int) error {
 				return fmt.Errorf("%s: tensor %q: shape %v, want %v (hidden_size %d, vocab_size %d): %w", wPath, n, info.Shape, want, hidden, vocab, ErrMismatch)
 			}
 		}
+	}
+	rd := &weightReader{set: f, file: wPath, names: names, H: hidden, V: vocab,
+		missing: fmt.Sprintf("%d heads x %d layers in %s", cfg.NumHeads, cfg.NumLayers, cfgPath)}
+	if _, err := medusaLayout(rd, cfg, cfgPath); err != nil {
+		return err // what Load refuses before reading a value
 	}
 	return nil
 }

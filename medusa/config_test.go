@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/specgate/specgate/safetensors"
 )
 
 func TestParseTree(t *testing.T) {
@@ -67,5 +69,48 @@ func TestCheck(t *testing.T) {
 	os.WriteFile(filepath.Join(d, "config.json"), []byte(`{"medusa_num_heads": 3}`), 0o644)
 	if err := Check(Spec{Heads: d}, 0, 0); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "medusa_num_layers: missing") {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// TestMedusaCheckAgreesWithLoad: Check refuses the incomplete Medusa
+// directories Load refuses, naming the same tensor: a missing block weight
+// or bias, one head without its projection, an I8 weight without its
+// scale, a tensor of a head beyond medusa_num_heads (review H2: Check
+// checked shapes by name suffix only).
+func TestMedusaCheckAgreesWithLoad(t *testing.T) {
+	base := goldenBase(t)
+	for _, c := range []struct {
+		name, src string
+		edit      func([]safetensors.Tensor) []safetensors.Tensor
+		want      string // the tensor both errors name
+		also      string // and a phrase of both
+	}{
+		{"block", "own", dropTensor("1.1.linear.weight"), `"1.1.linear.weight"`, "missing"},
+		{"bias", "own", dropTensor("2.0.linear.bias"), `"2.0.linear.bias"`, "missing"},
+		{"projection", "own", dropTensor("1.2.weight"), `"1.2.weight"`, "2 of 3 heads have a vocabulary projection"},
+		{"scale", "int8", dropTensor("0.1.linear.weight_scale"), `"0.1.linear.weight"`, "per-row scale"},
+		{"head beyond", "own", func(ts []safetensors.Tensor) []safetensors.Tensor {
+			for _, x := range ts {
+				if x.Name == "0.0.linear.weight" {
+					return append(ts, safetensors.Tensor{Name: "7.0.linear.weight", DType: x.DType, Shape: x.Shape, Data: x.Data})
+				}
+			}
+			return ts
+		}, `"7.0.linear.weight"`, "not a parameter of 3 heads"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := copyDir(t, filepath.Join("testdata/golden", c.src))
+			rewrite(t, dir, c.edit)
+			cerr := Check(Spec{Heads: dir}, 64, 320)
+			_, lerr := Load(dir, base, LoadOptions{})
+			for _, e := range []struct {
+				who string
+				err error
+			}{{"Check", cerr}, {"Load", lerr}} {
+				if !errors.Is(e.err, ErrFormat) || !strings.Contains(e.err.Error(), c.want) || !strings.Contains(e.err.Error(), c.also) {
+					t.Errorf("%s: err = %v, want ErrFormat naming %s and %q", e.who, e.err, c.want, c.also)
+				}
+			}
+		})
 	}
 }

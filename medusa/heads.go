@@ -223,67 +223,28 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 	defer set.Close()
 	h := &Heads{Config: cfg, Dir: dir, NumHeads: cfg.NumHeads, Hidden: H, Vocab: V, layers: cfg.NumLayers, threads: opts.Threads}
 
-	// names: strip an optional "medusa_head." prefix; every tensor must be known.
-	names := map[string]string{} // canonical -> stored
-	for _, n := range set.Names() {
-		c := strings.TrimPrefix(n, "medusa_head.")
-		if prev, dup := names[c]; dup {
-			return nil, fmt.Errorf("%s: tensors %q and %q are the same parameter: %w", wPath, prev, n, ErrFormat)
-		}
-		names[c] = n
-	}
 	L := cfg.NumLayers
-	canon := make([]string, 0, len(names))
-	for c := range names {
-		canon = append(canon, c)
-	}
-	sort.Strings(canon)
-	for _, c := range canon {
-		n := names[c]
-		head, rest, ok := strings.Cut(c, ".")
-		hi, err := strconv.Atoi(head)
-		if !ok || err != nil || hi < 0 || hi >= cfg.NumHeads {
-			return nil, fmt.Errorf("%s: tensor %q: not a parameter of %d heads x %d layers (medusa_num_heads in %s): %w", wPath, n, cfg.NumHeads, L, cfgPath, ErrFormat)
-		}
-		layer, field, _ := strings.Cut(rest, ".")
-		li, err := strconv.Atoi(layer)
-		if err != nil || li < 0 || li > L || (li < L && field != "linear.weight" && field != "linear.bias" && field != "linear.weight_scale") ||
-			(li == L && field != "weight" && field != "weight_scale") {
-			return nil, fmt.Errorf("%s: tensor %q: not a parameter of %d heads x %d layers (medusa_num_layers in %s): %w", wPath, n, cfg.NumHeads, L, cfgPath, ErrFormat)
-		}
-	}
-	for _, c := range canon {
-		if base, ok := strings.CutSuffix(c, "_scale"); ok {
-			if _, has := names[base]; !has {
-				return nil, fmt.Errorf("%s: tensor %q: a scale without its weight %q: %w", wPath, names[c], base, ErrFormat)
-			}
-		}
+	names, err := medusaNames(set, wPath, cfgPath, cfg.NumHeads, L)
+	if err != nil {
+		return nil, err
 	}
 	rd := &weightReader{set: set, file: wPath, names: names, H: H, V: V, i8: map[string]int8Mat{},
 		missing: fmt.Sprintf("%d heads x %d layers in %s", cfg.NumHeads, L, cfgPath)}
+	hasOwn, err := medusaLayout(rd, cfg, cfgPath)
+	if err != nil {
+		return nil, err
+	}
 	i8, read := rd.i8, rd.read // I8 weights by canonical name (their float values are read's result)
 	h.w = make([][]*engine.Mat, cfg.NumHeads)
 	h.wRaw = make([][][]float32, cfg.NumHeads)
 	h.b = make([][][]float32, cfg.NumHeads)
-	own := 0
-	for i := range cfg.NumHeads {
-		if _, ok := names[fmt.Sprintf("%d.%d.weight", i, L)]; ok {
-			own++
-		}
-	}
-	if own != 0 && own != cfg.NumHeads {
-		return nil, fmt.Errorf("%s: %d of %d heads have a vocabulary projection (\"{head}.%d.weight\"): all or none: %w", wPath, own, cfg.NumHeads, L, ErrFormat)
-	}
-	h.Shared = own == 0 || opts.ShareLMHead || cfg.Specgate.ShareLMHead
-	if cfg.Specgate.ShareLMHead && own != 0 && !opts.ShareLMHead {
+	h.Shared = !hasOwn || opts.ShareLMHead || cfg.Specgate.ShareLMHead
+	if cfg.Specgate.ShareLMHead && hasOwn && !opts.ShareLMHead {
 		return nil, fmt.Errorf("%s: specgate.share_lm_head is true but %s has vocabulary projections: %w", cfgPath, wPath, ErrFormat)
 	}
 	HV := cfg.Specgate.HeadVocab
 	if HV > V {
 		return nil, fmt.Errorf("%s: specgate.head_vocab %d > target vocab_size %d: %w", cfgPath, HV, V, ErrMismatch)
-	}
-	if HV > 0 && own == 0 {
-		return nil, fmt.Errorf("%s: specgate.head_vocab %d but %s has no vocabulary projections: %w", cfgPath, HV, wPath, ErrFormat)
 	}
 	projRows := V
 	var fileIDs []int32 // projection row r of the file is token fileIDs[r] (nil: r)
@@ -327,6 +288,92 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 		return nil, err
 	}
 	return h, nil
+}
+
+// medusaNames maps a Medusa weights file's canonical names (without an
+// optional "medusa_head." prefix) to the stored ones; every name must be a
+// parameter of K heads x L layers ({head}.{layer}.linear.weight/bias,
+// {head}.{L}.weight, "_scale" of a weight).
+func medusaNames(set *safetensors.File, wPath, cfgPath string, K, L int) (map[string]string, error) {
+	names := map[string]string{} // canonical -> stored
+	for _, n := range set.Names() {
+		c := strings.TrimPrefix(n, "medusa_head.")
+		if prev, dup := names[c]; dup {
+			return nil, fmt.Errorf("%s: tensors %q and %q are the same parameter: %w", wPath, prev, n, ErrFormat)
+		}
+		names[c] = n
+	}
+	canon := make([]string, 0, len(names))
+	for c := range names {
+		canon = append(canon, c)
+	}
+	sort.Strings(canon)
+	for _, c := range canon {
+		n := names[c]
+		head, rest, ok := strings.Cut(c, ".")
+		hi, err := strconv.Atoi(head)
+		if !ok || err != nil || hi < 0 || hi >= K {
+			return nil, fmt.Errorf("%s: tensor %q: not a parameter of %d heads x %d layers (medusa_num_heads in %s): %w", wPath, n, K, L, cfgPath, ErrFormat)
+		}
+		layer, field, _ := strings.Cut(rest, ".")
+		li, err := strconv.Atoi(layer)
+		if err != nil || li < 0 || li > L || (li < L && field != "linear.weight" && field != "linear.bias" && field != "linear.weight_scale") ||
+			(li == L && field != "weight" && field != "weight_scale") {
+			return nil, fmt.Errorf("%s: tensor %q: not a parameter of %d heads x %d layers (medusa_num_layers in %s): %w", wPath, n, K, L, cfgPath, ErrFormat)
+		}
+	}
+	for _, c := range canon {
+		if base, ok := strings.CutSuffix(c, "_scale"); ok {
+			if _, has := names[base]; !has {
+				return nil, fmt.Errorf("%s: tensor %q: a scale without its weight %q: %w", wPath, names[c], base, ErrFormat)
+			}
+		}
+	}
+	return names, nil
+}
+
+// medusaLayout checks that rd's names (from medusaNames) hold every tensor
+// Load reads for cfg's heads: each layer's linear weight and bias, a
+// vocabulary projection in every head or in none (and one whenever
+// specgate.head_vocab is set), every tensor's dtype (checkDType). Load and
+// Check (config check) both call it. It returns whether the heads have
+// their own projections.
+func medusaLayout(rd *weightReader, cfg Config, cfgPath string) (own bool, err error) {
+	K, L := cfg.NumHeads, cfg.NumLayers
+	canon := make([]string, 0, len(rd.names))
+	for c := range rd.names {
+		canon = append(canon, c)
+	}
+	sort.Strings(canon)
+	for _, c := range canon {
+		if strings.HasSuffix(c, "_scale") {
+			continue // checked with its weight
+		}
+		dims := 2
+		if strings.HasSuffix(c, ".bias") {
+			dims = 1
+		}
+		if err := rd.checkDType(c, dims); err != nil {
+			return false, err
+		}
+	}
+	if own, err = rd.allOrNone(K, func(i int) string { return fmt.Sprintf("%d.%d.weight", i, L) },
+		fmt.Sprintf(`a vocabulary projection ("{head}.%d.weight")`, L)); err != nil {
+		return false, err
+	}
+	for i := range K {
+		for j := range L {
+			for _, f := range []string{"weight", "bias"} {
+				if c := fmt.Sprintf("%d.%d.linear.%s", i, j, f); rd.names[c] == "" {
+					return false, fmt.Errorf("%s: tensor %q: missing (%s): %w", rd.file, c, rd.missing, ErrFormat)
+				}
+			}
+		}
+	}
+	if HV := cfg.Specgate.HeadVocab; HV > 0 && !own {
+		return false, fmt.Errorf("%s: specgate.head_vocab %d but %s has no vocabulary projections: %w", cfgPath, HV, rd.file, ErrFormat)
+	}
+	return own, nil
 }
 
 // setProjections sets h.ids and h.proj (and h.projRaw) from the heads'

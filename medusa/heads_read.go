@@ -100,6 +100,26 @@ func (r *weightReader) checkDType(c string, dims int) error {
 	return nil
 }
 
+// allOrNone reports whether all K heads have tensor name(i), an error
+// naming a missing one when some but not all have it (what: what the
+// tensor is, for the message).
+func (r *weightReader) allOrNone(K int, name func(int) string, what string) (bool, error) {
+	n := 0
+	for i := range K {
+		if r.names[name(i)] != "" {
+			n++
+		}
+	}
+	if n != 0 && n != K {
+		for i := range K {
+			if c := name(i); r.names[c] == "" {
+				return false, fmt.Errorf("%s: tensor %q: missing (%d of %d heads have %s: all or none): %w", r.file, c, n, K, what, ErrFormat)
+			}
+		}
+	}
+	return n == K, nil
+}
+
 // floats returns tensor c as float32 values whatever its dtype (an I8
 // weight dequantized): for weights used only at load time.
 func (r *weightReader) floats(c string, shape []int64) ([]float32, error) {

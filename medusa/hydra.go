@@ -220,29 +220,11 @@ func hydraLayout(rd *weightReader, K, L int) (res, own bool, err error) {
 			}
 		}
 	}
-	// allOrNone counts the heads with tensor name(i) and names one that
-	// lacks it when some but not all have it
-	allOrNone := func(name func(int) string, what string) (bool, error) {
-		n := 0
-		for i := range K {
-			if rd.names[name(i)] != "" {
-				n++
-			}
-		}
-		if n != 0 && n != K {
-			for i := range K {
-				if c := name(i); rd.names[c] == "" {
-					return false, fmt.Errorf("%s: tensor %q: missing (%d of %d heads have %s: all or none): %w", rd.file, c, n, K, what, ErrFormat)
-				}
-			}
-		}
-		return n == K, nil
-	}
-	if res, err = allOrNone(func(i int) string { return fmt.Sprintf("hydra_mlp.%d.0.res_connection.weight", i) },
+	if res, err = rd.allOrNone(K, func(i int) string { return fmt.Sprintf("hydra_mlp.%d.0.res_connection.weight", i) },
 		"a res_connection in block 0 (all, the reference layout, or none, the compact one)"); err != nil {
 		return false, false, err
 	}
-	if own, err = allOrNone(func(i int) string { return fmt.Sprintf("hydra_lm_head.%d.weight", i) },
+	if own, err = rd.allOrNone(K, func(i int) string { return fmt.Sprintf("hydra_lm_head.%d.weight", i) },
 		`a vocabulary projection ("hydra_lm_head.{head}.weight")`); err != nil {
 		return false, false, err
 	}

@@ -482,8 +482,8 @@ func dropTensor(name string) func([]safetensors.Tensor) []safetensors.Tensor {
 
 // TestHydraLoadErrors: a malformed Hydra directory is refused with an
 // error that names the file and the key or tensor (ErrFormat), heads of
-// another model with ErrMismatch; Check (config check) agrees on the
-// weights' names and shapes.
+// another model with ErrMismatch; Check (config check) refuses the same
+// weights files (names, shapes, missing tensors, dtypes).
 func TestHydraLoadErrors(t *testing.T) {
 	target := tinyTarget(t, 4)
 	cfgEdit := func(kv map[string]any) func(t *testing.T, d string) {
@@ -528,11 +528,11 @@ func TestHydraLoadErrors(t *testing.T) {
 		{"vocab size", 0, cfgEdit(map[string]any{"vocab_size": 32}), ErrMismatch, false, []string{"vocab_size 32"}},
 		{"embed dim", 1, cfgEdit(map[string]any{"specgate": map[string]any{"embed_dim": 3, "head_vocab": 6, "token_frequency": "head_token_frequency.json"}}), ErrFormat, true, []string{"specgate.embed_dim 3", "r = 2"}},
 		{"fewer heads than file", 0, cfgEdit(map[string]any{"hydra_num_heads": 1}), ErrFormat, true, []string{HydraWeightsFile, "not a parameter of 1 Hydra heads", "hydra_num_heads"}},
-		{"more heads than file", 0, cfgEdit(map[string]any{"hydra_num_heads": 3}), ErrFormat, false, []string{HydraWeightsFile, `"hydra_mlp.2.0.`, "missing"}},
+		{"more heads than file", 0, cfgEdit(map[string]any{"hydra_num_heads": 3}), ErrFormat, true, []string{HydraWeightsFile, `"hydra_mlp.2.0.`, "missing"}},
 		{"fewer blocks than file", 0, cfgEdit(map[string]any{"hydra_num_layers": 1}), ErrFormat, true, []string{`"hydra_mlp.0.1.linear.`, "not a parameter of 2 Hydra heads x 1 blocks", "hydra_num_layers"}},
-		{"missing bias", 0, weights(dropTensor("hydra_mlp.1.1.linear.bias")), ErrFormat, false, []string{HydraWeightsFile, "hydra_mlp.1.1.linear.bias", "missing"}},
-		{"one res_connection missing", 0, weights(dropTensor("hydra_mlp.1.0.res_connection.weight")), ErrFormat, false, []string{"hydra_mlp.1.0.res_connection.weight", "1 of 2 heads"}},
-		{"one projection missing", 0, weights(dropTensor("hydra_lm_head.0.weight")), ErrFormat, false, []string{"1 of 2 heads have a vocabulary projection"}},
+		{"missing bias", 0, weights(dropTensor("hydra_mlp.1.1.linear.bias")), ErrFormat, true, []string{HydraWeightsFile, "hydra_mlp.1.1.linear.bias", "missing"}},
+		{"one res_connection missing", 0, weights(dropTensor("hydra_mlp.1.0.res_connection.weight")), ErrFormat, true, []string{"hydra_mlp.1.0.res_connection.weight", "1 of 2 heads"}},
+		{"one projection missing", 0, weights(dropTensor("hydra_lm_head.0.weight")), ErrFormat, true, []string{"1 of 2 heads have a vocabulary projection"}},
 		{"unknown tensor", 0, weights(func(ts []safetensors.Tensor) []safetensors.Tensor {
 			return append(ts, safetensors.Tensor{Name: "hydra_mlp.0.0.gate.weight", DType: safetensors.F32, Shape: []int64{1}, Data: make([]byte, 4)})
 		}), ErrFormat, true, []string{`"hydra_mlp.0.0.gate.weight"`, "not a parameter"}},
@@ -550,10 +550,10 @@ func TestHydraLoadErrors(t *testing.T) {
 		{"scale without weight", 2, weights(func(ts []safetensors.Tensor) []safetensors.Tensor {
 			return append(ts, safetensors.Tensor{Name: "hydra_lm_head.0.weight_scale", DType: safetensors.F32, Shape: []int64{16}, Data: make([]byte, 64)})
 		}), ErrFormat, true, []string{"hydra_lm_head.0.weight_scale", "a scale without its weight"}},
-		{"int8 without scale", 2, weights(dropTensor("hydra_mlp.0.1.linear.weight_scale")), ErrFormat, false, []string{`"hydra_mlp.0.1.linear.weight"`, "per-row scale"}},
+		{"int8 without scale", 2, weights(dropTensor("hydra_mlp.0.1.linear.weight_scale")), ErrFormat, true, []string{`"hydra_mlp.0.1.linear.weight"`, "per-row scale"}},
 		{"bias without projection", 2, weights(func(ts []safetensors.Tensor) []safetensors.Tensor {
 			return append(ts, safetensors.Tensor{Name: "hydra_lm_head.1.bias", DType: safetensors.F32, Shape: []int64{16}, Data: make([]byte, 64)})
-		}), ErrFormat, false, []string{`"hydra_lm_head.1.bias"`, "without its weight"}},
+		}), ErrFormat, true, []string{`"hydra_lm_head.1.bias"`, "without its weight"}},
 		{"nan", 0, weights(func(ts []safetensors.Tensor) []safetensors.Tensor {
 			for i, x := range ts {
 				if x.Name == "hydra_mlp.0.0.linear.bias" {
