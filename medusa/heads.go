@@ -112,6 +112,8 @@ type Config struct {
 		// CPU heads multiply by those rows quantized to int8 at load
 		// (per-row symmetric, as --quantize int8: half the bytes of fp16
 		// per head call; logits within the int8 rounding of the fp16 rows').
+		// Where it would have no effect (Medusa heads; Hydra heads with
+		// their own projections) ParseConfig / Load / Check refuse it.
 		SharedRowsInt8 bool `json:"shared_rows_int8"`
 	} `json:"specgate"`
 }
@@ -569,6 +571,9 @@ func ParseConfig(raw []byte, file string) (Config, error) {
 				return Config{}, fmt.Errorf("%s: %s: missing: %w", file, k, ErrFormat)
 			}
 		}
+	}
+	if !c.Hydra && c.Specgate.SharedRowsInt8 {
+		return Config{}, fmt.Errorf("%s: specgate.shared_rows_int8: read for Hydra heads that share the target's lm_head only (Medusa heads multiply by the lm_head rows as loaded): remove the key: %w", file, ErrFormat)
 	}
 	if c.NumHeads < 1 || c.NumHeads > 64 {
 		return Config{}, fmt.Errorf("%s: medusa_num_heads %d: want 1..64: %w", file, c.NumHeads, ErrFormat)

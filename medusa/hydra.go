@@ -397,6 +397,9 @@ func loadHydra(dir string, cfg Config, target *engine.Model, opts LoadOptions) (
 	if cfg.Specgate.ShareLMHead && hasOwn && !opts.ShareLMHead {
 		return nil, fmt.Errorf("%s: specgate.share_lm_head is true but %s has vocabulary projections: %w", cfgPath, wPath, ErrFormat)
 	}
+	if cfg.Specgate.SharedRowsInt8 && !h.Shared {
+		return nil, sharedRowsInt8Unused(cfgPath, wPath)
+	}
 	HV := cfg.Specgate.HeadVocab
 	if HV > V {
 		return nil, fmt.Errorf("%s: specgate.head_vocab %d > target vocab_size %d: %w", cfgPath, HV, V, ErrMismatch)
@@ -634,10 +637,20 @@ func checkHydra(s Spec, cfg Config, hidden, vocab int) error {
 	}
 	rd := &weightReader{set: set, file: wPath, names: names, H: hidden, V: vocab,
 		missing: fmt.Sprintf("%d Hydra heads x %d blocks in %s", K, L, cfgPath)}
-	if _, _, err := hydraLayout(rd, K, L); err != nil {
+	_, own, err := hydraLayout(rd, K, L)
+	if err != nil {
 		return err // what Load refuses before reading a value
 	}
+	if cfg.Specgate.SharedRowsInt8 && own {
+		return sharedRowsInt8Unused(cfgPath, wPath) // Load's check (no LoadOptions.ShareLMHead here)
+	}
 	return nil
+}
+
+// sharedRowsInt8Unused is the error for specgate.shared_rows_int8 on Hydra
+// heads with their own projections: no shared rows to quantize.
+func sharedRowsInt8Unused(cfgPath, wPath string) error {
+	return fmt.Errorf("%s: specgate.shared_rows_int8: %s has the heads' own vocabulary projections (hydra_lm_head.{head}.weight), so there are no shared lm_head rows to quantize (quantize the projections with tools/medusaquant): remove the key: %w", cfgPath, wPath, ErrFormat)
 }
 
 // Kind names the kind of the heads directory dir from its config.json:

@@ -1,10 +1,14 @@
 package medusa
 
 import (
+	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/specgate/specgate/engine"
 	"github.com/specgate/specgate/safetensors"
 )
 
@@ -67,6 +71,49 @@ func TestHydraEmbedProjWiderThanHidden(t *testing.T) {
 		}{{"Check", cerr}, {"Load", lerr}} {
 			if !errors.Is(e.err, ErrFormat) || !strings.Contains(e.err.Error(), `"hydra_embed_proj.weight"`) || !strings.Contains(e.err.Error(), "hidden_size 4") {
 				t.Errorf("%s %s: err = %v, want ErrFormat naming \"hydra_embed_proj.weight\" and hidden_size 4", dtype, e.who, e.err)
+			}
+		}
+	}
+}
+
+// TestSharedRowsInt8WithoutSharedRows: specgate.shared_rows_int8 quantizes
+// the target's lm_head rows that Hydra heads share; where there are none
+// (Medusa heads, which never read the key, or Hydra heads with their own
+// projections) Load and Check refuse it with ErrFormat naming config.json
+// and the key instead of ignoring it (review H7). Shared Hydra heads take
+// it (TestHydraHandExample's compact-shared-int8-rows).
+func TestSharedRowsInt8WithoutSharedRows(t *testing.T) {
+	target := tinyTarget(t, 4)
+	hydraOwn := tinyHydra{K: 2, L: 1, H: 4, V: 16, r: 4, own: true, dtype: "f32", sharedInt8: true}
+	hydraDir := hydraOwn.write(t)
+	medusaDir := copyDir(t, "testdata/golden/shared")
+	p := filepath.Join(medusaDir, ConfigFile)
+	b, _ := os.ReadFile(p)
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["specgate"] = map[string]any{"shared_rows_int8": true}
+	b, _ = json.Marshal(m)
+	os.WriteFile(p, b, 0o644)
+	base := goldenBase(t)
+	for _, c := range []struct {
+		name, dir     string
+		target        *engine.Model
+		hidden, vocab int
+	}{
+		{"hydra own projections", hydraDir, target, 4, 16},
+		{"medusa", medusaDir, base, 64, 320},
+	} {
+		_, lerr := Load(c.dir, c.target, LoadOptions{})
+		cerr := Check(Spec{Heads: c.dir}, c.hidden, c.vocab)
+		for _, e := range []struct {
+			who string
+			err error
+		}{{"Check", cerr}, {"Load", lerr}} {
+			cfg := filepath.Join(c.dir, ConfigFile)
+			if !errors.Is(e.err, ErrFormat) || !strings.Contains(e.err.Error(), cfg) || !strings.Contains(e.err.Error(), "specgate.shared_rows_int8") {
+				t.Errorf("%s: %s: err = %v, want ErrFormat naming %s and specgate.shared_rows_int8", c.name, e.who, e.err, cfg)
 			}
 		}
 	}
