@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -129,6 +130,13 @@ type BenchRow struct {
 	CPUSpeedup float64
 	CPUMedian  time.Duration
 	Mismatch   int // greedy outputs that differ from the baseline's (ReportMismatch), over all runs
+	// EngineSteps is the median over runs of the scheduler steps the run
+	// took (prefill and decode; a step serves every request it batches);
+	// SatOut the median over runs of the request-steps the engine's
+	// scheduler left out because the request's caller was behind reading
+	// its outputs (engine.Stats.SatOut): each one shrinks a batch.
+	EngineSteps int64
+	SatOut      int64
 }
 
 // Bench decodes every prompt with every mode on target, at each
@@ -205,6 +213,8 @@ func Bench(target, draft *engine.Model, o BenchOptions) ([]BenchRow, error) {
 		crow := make([]BenchRow, len(modes))
 		times := make([][]time.Duration, len(modes))
 		cpus := make([][]time.Duration, len(modes))
+		steps := make([][]int64, len(modes))
+		satOut := make([][]int64, len(modes))
 		ref := make([][]int32, len(o.Prompts))
 		for run := range o.Runs {
 			for i, m := range modes {
@@ -215,9 +225,12 @@ func Bench(target, draft *engine.Model, o BenchOptions) ([]BenchRow, error) {
 				// mode's garbage (a fixed draft mode allocates far more) is
 				// not collected on this mode's time
 				runtime.GC()
-				c0 := processCPU()
+				c0, s0 := processCPU(), engines[i].Stats()
 				outs, results, dt, err := runConcurrent(engines[i], o, c)
 				cpus[i] = append(cpus[i], processCPU()-c0)
+				s1 := engines[i].Stats()
+				steps[i] = append(steps[i], s1.Steps-s0.Steps)
+				satOut[i] = append(satOut[i], s1.SatOut-s0.SatOut)
 				if err != nil {
 					return nil, fmt.Errorf("bench mode %q concurrency %d: %w", m.Name, c, err)
 				}
@@ -260,6 +273,8 @@ func Bench(target, draft *engine.Model, o BenchOptions) ([]BenchRow, error) {
 			crow[i].Speedup = crow[0].Median.Seconds() / crow[i].Median.Seconds()
 			crow[i].CPUMedian = median(cpus[i])
 			crow[i].CPUSpeedup = crow[0].CPUMedian.Seconds() / max(crow[i].CPUMedian.Seconds(), 1e-9)
+			crow[i].EngineSteps = medianInt(steps[i])
+			crow[i].SatOut = medianInt(satOut[i])
 		}
 		rows = append(rows, crow...)
 	}
@@ -314,18 +329,27 @@ func median(d []time.Duration) time.Duration {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+func medianInt(v []int64) int64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
 // FormatBench renders rows as a markdown table.
 func FormatBench(rows []BenchRow) string {
 	var b strings.Builder
-	b.WriteString("| mode | concurrency | τ (tokens/step) | acceptance | proposed | accepted | target steps | tokens/s | speedup vs plain | CPU time vs plain |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| mode | concurrency | τ (tokens/step) | acceptance | proposed | accepted | target steps | tokens/s | speedup vs plain | CPU time vs plain | engine steps | sat out |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		acc := "-"
 		if r.Proposed > 0 {
 			acc = fmt.Sprintf("%.2f", r.Acceptance)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.2f | %s | %d | %d | %d | %.1f | %.2f× | %.2f× |\n",
-			r.Name, r.Concurrency, r.Tau, acc, r.Proposed, r.Accepted, r.Steps, r.TokensPerSec, r.Speedup, r.CPUSpeedup)
+		fmt.Fprintf(&b, "| %s | %d | %.2f | %s | %d | %d | %d | %.1f | %.2f× | %.2f× | %d | %d |\n",
+			r.Name, r.Concurrency, r.Tau, acc, r.Proposed, r.Accepted, r.Steps, r.TokensPerSec, r.Speedup, r.CPUSpeedup, r.EngineSteps, r.SatOut)
 	}
 	for _, r := range rows {
 		if r.Mismatch > 0 {

@@ -3,6 +3,7 @@ package speculative
 import (
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/specgate/specgate/engine"
@@ -78,5 +79,34 @@ func BenchmarkDraftForward(b *testing.B) {
 			}
 			b.ReportMetric(float64(processCPU()-c0)/float64(b.N), "cpu-ns/op")
 		})
+	}
+}
+
+// TestBenchEngineSteps: at concurrency 1 a plain request takes one engine
+// step per generated token (its prefill gives the first), so a row's
+// EngineSteps equals its generated tokens, counted from the results; a
+// lone request's step never leaves a request out (SatOut 0). At
+// concurrency 3 the requests may share steps (on this tiny model one may
+// also finish before the next is submitted): between a third of the
+// tokens and all of them.
+func TestBenchEngineSteps(t *testing.T) {
+	target, draft := tinyPair()
+	ps := [][]int32{{1, 2, 3}, {4, 5, 6, 7}, {8, 9}}
+	rows, err := Bench(target, draft, BenchOptions{Prompts: ps, MaxNew: 12, Runs: 3, WarmRuns: 1,
+		Modes: []BenchMode{{Name: "plain"}}, Concurrency: []int{1, 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 {
+		t.Fatalf("%d rows", len(rows))
+	}
+	if r := rows[0]; r.EngineSteps != int64(r.Tokens) || r.SatOut != 0 {
+		t.Fatalf("concurrency 1: %d engine steps, %d sat out; want %d (the generated tokens), 0", r.EngineSteps, r.SatOut, r.Tokens)
+	}
+	if r := rows[1]; r.EngineSteps > int64(r.Tokens) || r.EngineSteps < int64(r.Tokens/len(ps)) {
+		t.Fatalf("concurrency 3: %d engine steps for %d tokens of %d requests", r.EngineSteps, r.Tokens, len(ps))
+	}
+	if s := FormatBench(rows); !strings.Contains(s, "| engine steps | sat out |") || !strings.Contains(s, fmt.Sprintf("| %d | 0 |\n", rows[0].EngineSteps)) {
+		t.Fatalf("FormatBench:\n%s", s)
 	}
 }
