@@ -76,7 +76,8 @@ func TestCheck(t *testing.T) {
 // directories Load refuses, naming the same tensor: a missing block weight
 // or bias, one head without its projection, an I8 weight without its
 // scale, a tensor of a head beyond medusa_num_heads (review H2: Check
-// checked shapes by name suffix only).
+// checked shapes by name suffix only), an I8 bias with or without a scale
+// (review H5).
 func TestMedusaCheckAgreesWithLoad(t *testing.T) {
 	base := goldenBase(t)
 	for _, c := range []struct {
@@ -89,6 +90,8 @@ func TestMedusaCheckAgreesWithLoad(t *testing.T) {
 		{"bias", "own", dropTensor("2.0.linear.bias"), `"2.0.linear.bias"`, "missing"},
 		{"projection", "own", dropTensor("1.2.weight"), `"1.2.weight"`, "2 of 3 heads have a vocabulary projection"},
 		{"scale", "int8", dropTensor("0.1.linear.weight_scale"), `"0.1.linear.weight"`, "per-row scale"},
+		{"int8 bias", "int8", int8Bias("1.0.linear.bias", false), `"1.0.linear.bias"`, "I8 is for 2-D weights"},
+		{"int8 bias with scale", "int8", int8Bias("1.0.linear.bias", true), `"1.0.linear.bias_scale"`, "I8 is for 2-D weights"},
 		{"head beyond", "own", func(ts []safetensors.Tensor) []safetensors.Tensor {
 			for _, x := range ts {
 				if x.Name == "0.0.linear.weight" {

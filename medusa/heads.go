@@ -319,6 +319,9 @@ func medusaNames(set *safetensors.File, wPath, cfgPath string, K, L int) (map[st
 		}
 		layer, field, _ := strings.Cut(rest, ".")
 		li, err := strconv.Atoi(layer)
+		if err == nil && li >= 0 && li < L && field == "linear.bias_scale" {
+			return nil, fmt.Errorf("%s: tensor %q: a scale for the vector %q: %s: %w", wPath, n, strings.TrimSuffix(c, "_scale"), int8Only2D, ErrFormat)
+		}
 		if err != nil || li < 0 || li > L || (li < L && field != "linear.weight" && field != "linear.bias" && field != "linear.weight_scale") ||
 			(li == L && field != "weight" && field != "weight_scale") {
 			return nil, fmt.Errorf("%s: tensor %q: not a parameter of %d heads x %d layers (medusa_num_layers in %s): %w", wPath, n, K, L, cfgPath, ErrFormat)

@@ -74,6 +74,9 @@ func (r *weightReader) read(c string, shape []int64) ([]float32, error) {
 	return buf, nil
 }
 
+// int8Only2D says where I8 goes (the error for an I8 vector or its scale).
+const int8Only2D = "I8 is for 2-D weights (with a per-row \"<name>_scale\"); biases must be F32, F16 or BF16"
+
 // checkDType checks the dtype of the present tensor c, a parameter of
 // rank dims: F32, F16 or BF16, or I8 for a 2-D weight with its per-row
 // scale tensor "<c>_scale" (a scale goes with an I8 weight only). read
@@ -84,14 +87,14 @@ func (r *weightReader) checkDType(c string, dims int) error {
 	info, _ := r.set.Info(n)
 	scaleName, hasScale := r.names[c+"_scale"]
 	switch {
+	case info.DType == safetensors.I8 && dims != 2:
+		return fmt.Errorf("%s: tensor %q: dtype I8: %s: %w", r.file, n, int8Only2D, ErrFormat)
 	case info.DType == safetensors.I8 && !hasScale:
 		rows := int64(0)
 		if len(info.Shape) > 0 {
 			rows = info.Shape[0]
 		}
 		return fmt.Errorf("%s: tensor %q: dtype I8 needs a per-row scale tensor %q [%d] (int8 weights: row r = int8 values x scale[r]): %w", r.file, n, c+"_scale", rows, ErrFormat)
-	case info.DType == safetensors.I8 && dims != 2:
-		return fmt.Errorf("%s: tensor %q: dtype I8 needs a per-row scale tensor %q (int8 weights: row r = int8 values x scale[r]): %w", r.file, n, c+"_scale", ErrFormat)
 	case info.DType != safetensors.I8 && !info.DType.Float():
 		return fmt.Errorf("%s: tensor %q: dtype %s unsupported (want F32, F16, BF16, or I8 with a %q tensor): %w", r.file, n, info.DType, c+"_scale", ErrFormat)
 	case info.DType != safetensors.I8 && hasScale:

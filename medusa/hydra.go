@@ -169,6 +169,11 @@ func hydraNames(set *safetensors.File, wPath, cfgPath string, K, L int) (map[str
 			return nil, fmt.Errorf("%s: tensors %q and %q are the same parameter: %w", wPath, prev, n, ErrFormat)
 		}
 		if _, ok := hydraShape(c, K, L, 1, 1, 1); !ok {
+			if base, ok := strings.CutSuffix(c, "_scale"); ok {
+				if s, ok := hydraShape(base, K, L, 1, 1, 1); ok && len(s) == 1 {
+					return nil, fmt.Errorf("%s: tensor %q: a scale for the vector %q: %s: %w", wPath, n, base, int8Only2D, ErrFormat)
+				}
+			}
 			return nil, fmt.Errorf("%s: tensor %q: not a parameter of %d Hydra heads x %d blocks (hydra_num_heads, hydra_num_layers in %s; names hydra_mlp.{head}.{block}.linear.*, hydra_mlp.{head}.0.res_connection.*, hydra_lm_head.{head}.*, hydra_embed_proj.weight): %w", wPath, n, K, L, cfgPath, ErrFormat)
 		}
 		names[c] = n

@@ -16,7 +16,8 @@ import (
 // refuses every incomplete Hydra directory that Load refuses, naming the
 // same tensor: a missing block, a missing bias, one head without its
 // projection, one head without its res_connection, an I8 weight without its
-// scale (review H2).
+// scale (review H2), an I8 bias with or without a scale (review H5: the
+// error said to add a scale, which then was "not a parameter").
 func TestHydraCheckAgreesWithLoad(t *testing.T) {
 	target := tinyTarget(t, 4)
 	ref := tinyHydra{K: 2, L: 2, H: 4, V: 16, r: 4, res: true, own: true, projBias: true, dtype: "f32"}
@@ -34,6 +35,8 @@ func TestHydraCheckAgreesWithLoad(t *testing.T) {
 		{"projection", ref, dropTensor("hydra_lm_head.1.weight"), `"hydra_lm_head.1.weight"`, "1 of 2 heads have a vocabulary projection"},
 		{"res_connection", ref, dropTensor("hydra_mlp.1.0.res_connection.weight"), `"hydra_mlp.1.0.res_connection.weight"`, "1 of 2 heads have a res_connection"},
 		{"scale", refI8, dropTensor("hydra_mlp.1.1.linear.weight_scale"), `"hydra_mlp.1.1.linear.weight"`, "per-row scale"},
+		{"int8 bias", refI8, int8Bias("hydra_mlp.0.0.linear.bias", false), `"hydra_mlp.0.0.linear.bias"`, "I8 is for 2-D weights"},
+		{"int8 bias with scale", refI8, int8Bias("hydra_mlp.0.0.linear.bias", true), `"hydra_mlp.0.0.linear.bias_scale"`, "I8 is for 2-D weights"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			th := c.th
@@ -116,5 +119,22 @@ func TestSharedRowsInt8WithoutSharedRows(t *testing.T) {
 				t.Errorf("%s: %s: err = %v, want ErrFormat naming %s and specgate.shared_rows_int8", c.name, e.who, e.err, cfg)
 			}
 		}
+	}
+}
+
+// int8Bias stores the F32/F16 vector name as I8 (one byte per value), with
+// a per-row scale tensor "<name>_scale" when withScale.
+func int8Bias(name string, withScale bool) func([]safetensors.Tensor) []safetensors.Tensor {
+	return func(ts []safetensors.Tensor) []safetensors.Tensor {
+		for i, x := range ts {
+			if x.Name == name {
+				ts[i].DType, ts[i].Data = safetensors.I8, make([]byte, x.Shape[0])
+				if withScale {
+					ts = append(ts, safetensors.Tensor{Name: name + "_scale", DType: safetensors.F32, Shape: x.Shape, Data: make([]byte, 4*x.Shape[0])})
+				}
+				return ts
+			}
+		}
+		panic("int8Bias: no tensor " + name)
 	}
 }
