@@ -18,7 +18,7 @@ import (
 // reference saves them, and their logits on random hidden rows computed by
 // the PyTorch modules in float64.
 
-func goldenBase(t *testing.T) *engine.Model {
+func goldenBase(t testing.TB) *engine.Model {
 	t.Helper()
 	m, err := engine.Load("testdata/golden/base", engine.LoadOptions{SkipTokenizer: true, KVTokens: 256})
 	if err != nil {
