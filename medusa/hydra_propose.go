@@ -61,20 +61,8 @@ func (p *Proposer) proposeHydra(reqs []engine.ProposeRequest) ([]engine.Proposal
 			return nil, fmt.Errorf("medusa: request %d: pending token %d outside the vocabulary [0, %d)", r.ID, x1, V)
 		}
 		pl := &hydraPlan{req: i, x1: x1}
-		node := make([]int32, len(p.tree.Paths)) // path -> node, -1: not taken
-		for pi, path := range p.tree.Paths {
-			node[pi] = -1
-			if len(pl.nodes) >= r.Budget || len(path) > r.MaxDepth || path[len(path)-1] >= R {
-				continue
-			}
-			par := int32(-1)
-			if q := p.tree.Parent[pi]; q >= 0 {
-				if node[q] < 0 {
-					continue
-				}
-				par = node[q]
-			}
-			node[pi] = int32(len(pl.nodes))
+		p.tree.lay(r.Budget, r.MaxDepth, func(_, rank int) bool { return rank < R }, func(pi int, par int32) {
+			path := p.tree.Paths[pi]
 			k := path[len(path)-1] + 1
 			if par < 0 {
 				pl.rootK = max(pl.rootK, k)
@@ -83,7 +71,7 @@ func (p *Proposer) proposeHydra(reqs []engine.ProposeRequest) ([]engine.Proposal
 			}
 			pl.nodes = append(pl.nodes, hydraNode{path: pi, parent: par, depth: len(path)})
 			maxD = max(maxD, len(path))
-		}
+		})
 		if len(pl.nodes) == 0 {
 			continue
 		}

@@ -129,29 +129,12 @@ func (p *Proposer) Propose(ctx context.Context, reqs []engine.ProposeRequest) ([
 // layTree lays the tree's paths (in priority order, at most budget nodes,
 // depth <= d) over the heads' candidates top[h] (best first).
 func (p *Proposer) layTree(top [][]int32, budget, d int) engine.Proposal {
-	node := make([]int32, len(p.tree.Paths))
 	var toks, parents []int32
-	for pi, path := range p.tree.Paths {
-		node[pi] = -1
-		if len(toks) >= budget || len(path) > d {
-			continue
-		}
-		par := int32(-1)
-		if q := p.tree.Parent[pi]; q >= 0 {
-			if node[q] < 0 {
-				continue
-			}
-			par = node[q]
-		}
-		rank := path[len(path)-1]
-		cand := top[len(path)-1]
-		if rank >= len(cand) {
-			continue
-		}
-		node[pi] = int32(len(toks))
-		toks = append(toks, cand[rank])
+	p.tree.lay(budget, d, func(depth, rank int) bool { return rank < len(top[depth-1]) }, func(pi int, par int32) {
+		path := p.tree.Paths[pi]
+		toks = append(toks, top[len(path)-1][path[len(path)-1]])
 		parents = append(parents, par)
-	}
+	})
 	return engine.Proposal{Tokens: toks, Parents: parents, Source: Source}
 }
 

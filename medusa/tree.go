@@ -87,3 +87,31 @@ func ChainTree(depth int) [][]int {
 	}
 	return out
 }
+
+// lay takes the tree's paths in priority order while the budget (nodes),
+// maxDepth and the parent allow: a path is taken when fewer than budget are,
+// it is at most maxDepth deep, its last rank has a candidate (hasRank(depth,
+// rank); called only within maxDepth) and its parent path was taken. take
+// gets each taken path's index and its parent's node (nodes are numbered in
+// the order taken; -1: below the root). Medusa's layTree and Hydra's
+// proposeHydra both select their nodes with it.
+func (t *Tree) lay(budget, maxDepth int, hasRank func(depth, rank int) bool, take func(pi int, parent int32)) {
+	node := make([]int32, len(t.Paths)) // path -> node, -1: not taken
+	n := 0
+	for pi, path := range t.Paths {
+		node[pi] = -1
+		if n >= budget || len(path) > maxDepth || !hasRank(len(path), path[len(path)-1]) {
+			continue
+		}
+		par := int32(-1)
+		if q := t.Parent[pi]; q >= 0 {
+			if node[q] < 0 {
+				continue
+			}
+			par = node[q]
+		}
+		node[pi] = int32(n)
+		n++
+		take(pi, par)
+	}
+}
