@@ -34,13 +34,24 @@ func TestLosslessGreedyOnGPU(t *testing.T) {
 	if p.DeviceHeads(target.Backend()) == 0 {
 		t.Fatalf("the heads do not run inside the CUDA forward: %v", p.DeviceError())
 	}
+	gen, steps, acc := gpuLossless(t, target, p, "medusa")
+	t.Logf("20 prompts equal on the GPU; %d tokens, %d speculative steps, %d head tokens accepted (tau %.2f)", gen, steps, acc, float64(gen)/float64(max(steps, 1)))
+	if acc == 0 {
+		t.Fatal("no head token accepted on the GPU: hidden rows missing?")
+	}
+}
+
+// gpuLossless generates 20 bench prompts x 64 tokens greedily on target
+// with p (fixed 7-node drafts) and without, and fails on the first output
+// that differs (what names p in the message); it returns the tokens
+// generated, the speculative steps and the head tokens accepted.
+func gpuLossless(t *testing.T, target *engine.Model, p engine.Proposer, what string) (gen, steps, acc int) {
+	t.Helper()
 	plain := engine.New(target, engine.Options{})
 	defer plain.Close()
 	spec := engine.New(target, engine.Options{Proposers: []engine.Proposer{p}, FixedDraft: true, MaxDraft: 7})
 	defer spec.Close()
-	prompts := speculative.BenchPrompts()[:20]
-	gen, steps, acc := 0, 0, 0
-	for i, text := range prompts {
+	for i, text := range speculative.BenchPrompts()[:20] {
 		prompt := target.Tokenizer.Encode(text, true)
 		want, _, err := generate(plain, engine.GenerateRequest{Prompt: prompt, MaxTokens: 64})
 		if err != nil {
@@ -51,7 +62,7 @@ func TestLosslessGreedyOnGPU(t *testing.T) {
 			t.Fatal(err)
 		}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Fatalf("prompt %d %q:\nmedusa %v\nplain  %v", i, text, got, want)
+			t.Fatalf("prompt %d %q:\n%s %v\nplain  %v", i, text, what, got, want)
 		}
 		gen += len(got) - 1
 		if res.Spec != nil {
@@ -59,8 +70,5 @@ func TestLosslessGreedyOnGPU(t *testing.T) {
 			acc += res.Spec.Accepted
 		}
 	}
-	t.Logf("20 prompts equal on the GPU; %d tokens, %d speculative steps, %d head tokens accepted (tau %.2f)", gen, steps, acc, float64(gen)/float64(max(steps, 1)))
-	if acc == 0 {
-		t.Fatal("no head token accepted on the GPU: hidden rows missing?")
-	}
+	return gen, steps, acc
 }

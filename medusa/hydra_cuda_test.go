@@ -4,11 +4,7 @@ package medusa
 
 import (
 	"errors"
-	"fmt"
 	"testing"
-
-	"github.com/specgate/specgate/engine"
-	"github.com/specgate/specgate/speculative"
 )
 
 // TestHydraLosslessGreedyOnGPU: Hydra heads on the CUDA backend register
@@ -26,30 +22,7 @@ func TestHydraLosslessGreedyOnGPU(t *testing.T) {
 	if id := p.DeviceHeads(target.Backend()); id != 0 || !errors.Is(p.DeviceError(), ErrHydraOnHost) {
 		t.Fatalf("Hydra heads on the CUDA backend: device id %d, DeviceError %v", id, p.DeviceError())
 	}
-	plain := engine.New(target, engine.Options{})
-	defer plain.Close()
-	spec := engine.New(target, engine.Options{Proposers: []engine.Proposer{p}, FixedDraft: true, MaxDraft: 7})
-	defer spec.Close()
-	gen, steps, acc := 0, 0, 0
-	for i, text := range speculative.BenchPrompts()[:20] {
-		prompt := target.Tokenizer.Encode(text, true)
-		want, _, err := generate(plain, engine.GenerateRequest{Prompt: prompt, MaxTokens: 64})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, res, err := generate(spec, engine.GenerateRequest{Prompt: prompt, MaxTokens: 64})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Fatalf("prompt %d %q:\nhydra %v\nplain %v", i, text, got, want)
-		}
-		gen += len(got) - 1
-		if res.Spec != nil {
-			steps += res.Spec.Steps
-			acc += res.Spec.Accepted
-		}
-	}
+	gen, steps, acc := gpuLossless(t, target, p, "hydra")
 	t.Logf("%s: 20 prompts equal on the GPU; %d tokens, %d speculative steps, %d head tokens accepted (tau %.2f)", dir, gen, steps, acc, float64(gen)/float64(max(steps, 1)))
 	if acc == 0 {
 		t.Fatal("no Hydra token accepted on the GPU: hidden rows missing?")

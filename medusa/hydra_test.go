@@ -448,24 +448,7 @@ func TestHydraProposeTree(t *testing.T) {
 // as stored, raw bytes).
 func rewriteWeights(t *testing.T, dir string, edit func([]safetensors.Tensor) []safetensors.Tensor) {
 	t.Helper()
-	p := filepath.Join(dir, HydraWeightsFile)
-	f, err := safetensors.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ts []safetensors.Tensor
-	for _, n := range f.Names() {
-		info, _ := f.Info(n)
-		b, err := f.ReadRaw(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts = append(ts, safetensors.Tensor{Name: n, DType: info.DType, Shape: info.Shape, Data: b})
-	}
-	f.Close()
-	if err := safetensors.Write(p, edit(ts), nil); err != nil {
-		t.Fatal(err)
-	}
+	rewriteFile(t, filepath.Join(dir, HydraWeightsFile), edit)
 }
 
 func dropTensor(name string) func([]safetensors.Tensor) []safetensors.Tensor {

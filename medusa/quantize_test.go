@@ -82,11 +82,17 @@ func TestQuantizeInt8(t *testing.T) {
 	}
 }
 
-// rewrite copies dir's weights file through edit (which returns the new
-// tensor list).
+// rewrite copies dir's (Medusa) weights file through edit (which returns
+// the new tensor list).
 func rewrite(t *testing.T, dir string, edit func([]safetensors.Tensor) []safetensors.Tensor) {
 	t.Helper()
-	p := filepath.Join(dir, WeightsFile)
+	rewriteFile(t, filepath.Join(dir, WeightsFile), edit)
+}
+
+// rewriteFile rewrites the safetensors file p through edit (tensors as
+// stored, raw bytes; the metadata dropped).
+func rewriteFile(t *testing.T, p string, edit func([]safetensors.Tensor) []safetensors.Tensor) {
+	t.Helper()
 	f, err := safetensors.Open(p)
 	if err != nil {
 		t.Fatal(err)
@@ -115,11 +121,6 @@ func TestInt8Errors(t *testing.T) {
 	if _, err := QuantizeInt8(q, filepath.Join(t.TempDir(), "qq"), 0); !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "already quantized") {
 		t.Fatalf("quantizing twice: err = %v", err)
 	}
-	drop := func(name string) func([]safetensors.Tensor) []safetensors.Tensor {
-		return func(ts []safetensors.Tensor) []safetensors.Tensor {
-			return slices.DeleteFunc(ts, func(x safetensors.Tensor) bool { return x.Name == name })
-		}
-	}
 	set := func(name string, f func(*safetensors.Tensor)) func([]safetensors.Tensor) []safetensors.Tensor {
 		return func(ts []safetensors.Tensor) []safetensors.Tensor {
 			for i := range ts {
@@ -135,7 +136,7 @@ func TestInt8Errors(t *testing.T) {
 		edit  func([]safetensors.Tensor) []safetensors.Tensor
 		wants []string
 	}{
-		{"no scale", drop("1.0.linear.weight_scale"), []string{`"1.0.linear.weight"`, `"1.0.linear.weight_scale"`, "dtype I8 needs a per-row scale"}},
+		{"no scale", dropTensor("1.0.linear.weight_scale"), []string{`"1.0.linear.weight"`, `"1.0.linear.weight_scale"`, "dtype I8 needs a per-row scale"}},
 		{"orphan scale", func(ts []safetensors.Tensor) []safetensors.Tensor {
 			return append(ts, safetensors.Tensor{Name: "0.0.linear.bias_scale", DType: safetensors.F32, Shape: []int64{64}, Data: make([]byte, 256)})
 		}, []string{`"0.0.linear.bias_scale"`}},
