@@ -106,14 +106,7 @@ func TestMedusaCheckAgreesWithLoad(t *testing.T) {
 			rewrite(t, dir, c.edit)
 			cerr := Check(Spec{Heads: dir}, 64, 320)
 			_, lerr := Load(dir, base, LoadOptions{})
-			for _, e := range []struct {
-				who string
-				err error
-			}{{"Check", cerr}, {"Load", lerr}} {
-				if !errors.Is(e.err, ErrFormat) || !strings.Contains(e.err.Error(), c.want) || !strings.Contains(e.err.Error(), c.also) {
-					t.Errorf("%s: err = %v, want ErrFormat naming %s and %q", e.who, e.err, c.want, c.also)
-				}
-			}
+			bothRefuse(t, c.name, cerr, lerr, c.want, c.also)
 		})
 	}
 }

@@ -297,44 +297,23 @@ func Load(dir string, target *engine.Model, opts LoadOptions) (*Heads, error) {
 // parameter of K heads x L layers ({head}.{layer}.linear.weight/bias,
 // {head}.{L}.weight, "_scale" of a weight).
 func medusaNames(set *safetensors.File, wPath, cfgPath string, K, L int) (map[string]string, error) {
-	names := map[string]string{} // canonical -> stored
-	for _, n := range set.Names() {
-		c := strings.TrimPrefix(n, "medusa_head.")
-		if prev, dup := names[c]; dup {
-			return nil, fmt.Errorf("%s: tensors %q and %q are the same parameter: %w", wPath, prev, n, ErrFormat)
-		}
-		names[c] = n
-	}
-	canon := make([]string, 0, len(names))
-	for c := range names {
-		canon = append(canon, c)
-	}
-	sort.Strings(canon)
-	for _, c := range canon {
-		n := names[c]
+	return canonicalNames(set, wPath, "medusa_head.", func(c, n string) error {
 		head, rest, ok := strings.Cut(c, ".")
 		hi, err := strconv.Atoi(head)
 		if !ok || err != nil || hi < 0 || hi >= K {
-			return nil, fmt.Errorf("%s: tensor %q: not a parameter of %d heads x %d layers (medusa_num_heads in %s): %w", wPath, n, K, L, cfgPath, ErrFormat)
+			return fmt.Errorf("%s: tensor %q: not a parameter of %d heads x %d layers (medusa_num_heads in %s): %w", wPath, n, K, L, cfgPath, ErrFormat)
 		}
 		layer, field, _ := strings.Cut(rest, ".")
 		li, err := strconv.Atoi(layer)
 		if err == nil && li >= 0 && li < L && field == "linear.bias_scale" {
-			return nil, fmt.Errorf("%s: tensor %q: a scale for the vector %q: %s: %w", wPath, n, strings.TrimSuffix(c, "_scale"), int8Only2D, ErrFormat)
+			return fmt.Errorf("%s: tensor %q: a scale for the vector %q: %s: %w", wPath, n, strings.TrimSuffix(c, "_scale"), int8Only2D, ErrFormat)
 		}
 		if err != nil || li < 0 || li > L || (li < L && field != "linear.weight" && field != "linear.bias" && field != "linear.weight_scale") ||
 			(li == L && field != "weight" && field != "weight_scale") {
-			return nil, fmt.Errorf("%s: tensor %q: not a parameter of %d heads x %d layers (medusa_num_layers in %s): %w", wPath, n, K, L, cfgPath, ErrFormat)
+			return fmt.Errorf("%s: tensor %q: not a parameter of %d heads x %d layers (medusa_num_layers in %s): %w", wPath, n, K, L, cfgPath, ErrFormat)
 		}
-	}
-	for _, c := range canon {
-		if base, ok := strings.CutSuffix(c, "_scale"); ok {
-			if _, has := names[base]; !has {
-				return nil, fmt.Errorf("%s: tensor %q: a scale without its weight %q: %w", wPath, names[c], base, ErrFormat)
-			}
-		}
-	}
-	return names, nil
+		return nil
+	})
 }
 
 // medusaLayout checks that rd's names (from medusaNames) hold every tensor
@@ -345,22 +324,13 @@ func medusaNames(set *safetensors.File, wPath, cfgPath string, K, L int) (map[st
 // their own projections.
 func medusaLayout(rd *weightReader, cfg Config, cfgPath string) (own bool, err error) {
 	K, L := cfg.NumHeads, cfg.NumLayers
-	canon := make([]string, 0, len(rd.names))
-	for c := range rd.names {
-		canon = append(canon, c)
-	}
-	sort.Strings(canon)
-	for _, c := range canon {
-		if strings.HasSuffix(c, "_scale") {
-			continue // checked with its weight
-		}
-		dims := 2
+	if err := rd.checkDTypes(func(c string) int {
 		if strings.HasSuffix(c, ".bias") {
-			dims = 1
+			return 1
 		}
-		if err := rd.checkDType(c, dims); err != nil {
-			return false, err
-		}
+		return 2
+	}); err != nil {
+		return false, err
 	}
 	if own, err = rd.allOrNone(K, func(i int) string { return fmt.Sprintf("%d.%d.weight", i, L) },
 		fmt.Sprintf(`a vocabulary projection ("{head}.%d.weight")`, L)); err != nil {

@@ -3,6 +3,8 @@ package medusa
 import (
 	"fmt"
 	"math"
+	"sort"
+	"strings"
 
 	"github.com/specgate/specgate/safetensors"
 )
@@ -99,6 +101,59 @@ func (r *weightReader) checkDType(c string, dims int) error {
 		return fmt.Errorf("%s: tensor %q: dtype %s unsupported (want F32, F16, BF16, or I8 with a %q tensor): %w", r.file, n, info.DType, c+"_scale", ErrFormat)
 	case info.DType != safetensors.I8 && hasScale:
 		return fmt.Errorf("%s: tensor %q: a scale tensor %q for a %s weight (scales go with I8 weights only): %w", r.file, scaleName, scaleName, info.DType, ErrFormat)
+	}
+	return nil
+}
+
+// canonicalNames maps a weights file's canonical names (the stored names
+// without an optional prefix) to the stored ones. Two stored names of one
+// parameter are an error, so is a name known refuses (it gets the canonical
+// and the stored name; names are tried in sorted order) and a "<name>_scale"
+// without its weight.
+func canonicalNames(set *safetensors.File, wPath, prefix string, known func(c, stored string) error) (map[string]string, error) {
+	names := map[string]string{} // canonical -> stored
+	for _, n := range set.Names() {
+		c := strings.TrimPrefix(n, prefix)
+		if prev, dup := names[c]; dup {
+			return nil, fmt.Errorf("%s: tensors %q and %q are the same parameter: %w", wPath, prev, n, ErrFormat)
+		}
+		names[c] = n
+	}
+	canon := sortedKeys(names)
+	for _, c := range canon {
+		if err := known(c, names[c]); err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range canon {
+		if base, ok := strings.CutSuffix(c, "_scale"); ok {
+			if _, has := names[base]; !has {
+				return nil, fmt.Errorf("%s: tensor %q: a scale without its weight %q: %w", wPath, names[c], base, ErrFormat)
+			}
+		}
+	}
+	return names, nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// checkDTypes runs checkDType on every tensor but the scales (checked with
+// their weights), in sorted order; dims gives a parameter's rank.
+func (r *weightReader) checkDTypes(dims func(c string) int) error {
+	for _, c := range sortedKeys(r.names) {
+		if strings.HasSuffix(c, "_scale") {
+			continue
+		}
+		if err := r.checkDType(c, dims(c)); err != nil {
+			return err
+		}
 	}
 	return nil
 }

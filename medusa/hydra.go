@@ -28,7 +28,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -162,35 +161,17 @@ func hydraShape(c string, K, L, H, r, rows int) (shape []int64, ok bool) {
 // optional "hydra_head." prefix) to the stored ones; every name must be a
 // parameter of K heads x L blocks (any sizes).
 func hydraNames(set *safetensors.File, wPath, cfgPath string, K, L int) (map[string]string, error) {
-	names := map[string]string{}
-	for _, n := range set.Names() {
-		c := strings.TrimPrefix(n, hydraPrefix)
-		if prev, dup := names[c]; dup {
-			return nil, fmt.Errorf("%s: tensors %q and %q are the same parameter: %w", wPath, prev, n, ErrFormat)
+	return canonicalNames(set, wPath, hydraPrefix, func(c, n string) error {
+		if _, ok := hydraShape(c, K, L, 1, 1, 1); ok {
+			return nil
 		}
-		if _, ok := hydraShape(c, K, L, 1, 1, 1); !ok {
-			if base, ok := strings.CutSuffix(c, "_scale"); ok {
-				if s, ok := hydraShape(base, K, L, 1, 1, 1); ok && len(s) == 1 {
-					return nil, fmt.Errorf("%s: tensor %q: a scale for the vector %q: %s: %w", wPath, n, base, int8Only2D, ErrFormat)
-				}
-			}
-			return nil, fmt.Errorf("%s: tensor %q: not a parameter of %d Hydra heads x %d blocks (hydra_num_heads, hydra_num_layers in %s; names hydra_mlp.{head}.{block}.linear.*, hydra_mlp.{head}.0.res_connection.*, hydra_lm_head.{head}.*, hydra_embed_proj.weight): %w", wPath, n, K, L, cfgPath, ErrFormat)
-		}
-		names[c] = n
-	}
-	canon := make([]string, 0, len(names))
-	for c := range names {
-		canon = append(canon, c)
-	}
-	sort.Strings(canon)
-	for _, c := range canon {
 		if base, ok := strings.CutSuffix(c, "_scale"); ok {
-			if _, has := names[base]; !has {
-				return nil, fmt.Errorf("%s: tensor %q: a scale without its weight %q: %w", wPath, names[c], base, ErrFormat)
+			if s, ok := hydraShape(base, K, L, 1, 1, 1); ok && len(s) == 1 {
+				return fmt.Errorf("%s: tensor %q: a scale for the vector %q: %s: %w", wPath, n, base, int8Only2D, ErrFormat)
 			}
 		}
-	}
-	return names, nil
+		return fmt.Errorf("%s: tensor %q: not a parameter of %d Hydra heads x %d blocks (hydra_num_heads, hydra_num_layers in %s; names hydra_mlp.{head}.{block}.linear.*, hydra_mlp.{head}.0.res_connection.*, hydra_lm_head.{head}.*, hydra_embed_proj.weight): %w", wPath, n, K, L, cfgPath, ErrFormat)
+	})
 }
 
 // hydraLayout checks that rd's names (from hydraNames) hold every tensor
@@ -202,19 +183,11 @@ func hydraNames(set *safetensors.File, wPath, cfgPath string, K, L int) (map[str
 // check) both call it, so that the two refuse the same directories. It
 // returns whether the heads have res_connections and their own projections.
 func hydraLayout(rd *weightReader, K, L int) (res, own bool, err error) {
-	canon := make([]string, 0, len(rd.names))
-	for c := range rd.names {
-		canon = append(canon, c)
-	}
-	sort.Strings(canon)
-	for _, c := range canon {
-		if strings.HasSuffix(c, "_scale") {
-			continue // checked with its weight
-		}
+	if err := rd.checkDTypes(func(c string) int {
 		shape, _ := hydraShape(c, K, L, 1, 1, 1)
-		if err := rd.checkDType(c, len(shape)); err != nil {
-			return false, false, err
-		}
+		return len(shape)
+	}); err != nil {
+		return false, false, err
 	}
 	for i := range K {
 		for j := range L {

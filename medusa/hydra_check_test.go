@@ -44,14 +44,7 @@ func TestHydraCheckAgreesWithLoad(t *testing.T) {
 			rewriteWeights(t, dir, c.edit)
 			cerr := Check(Spec{Heads: dir}, 4, 16)
 			_, lerr := Load(dir, target, LoadOptions{})
-			for _, e := range []struct {
-				who string
-				err error
-			}{{"Check", cerr}, {"Load", lerr}} {
-				if !errors.Is(e.err, ErrFormat) || !strings.Contains(e.err.Error(), c.want) || !strings.Contains(e.err.Error(), c.also) {
-					t.Errorf("%s: err = %v, want ErrFormat naming %s and %q", e.who, e.err, c.want, c.also)
-				}
-			}
+			bothRefuse(t, c.name, cerr, lerr, c.want, c.also)
 		})
 	}
 }
@@ -68,14 +61,7 @@ func TestHydraEmbedProjWiderThanHidden(t *testing.T) {
 		dir := th.write(t)
 		cerr := Check(Spec{Heads: dir}, 4, 16)
 		_, lerr := Load(dir, target, LoadOptions{})
-		for _, e := range []struct {
-			who string
-			err error
-		}{{"Check", cerr}, {"Load", lerr}} {
-			if !errors.Is(e.err, ErrFormat) || !strings.Contains(e.err.Error(), `"hydra_embed_proj.weight"`) || !strings.Contains(e.err.Error(), "hidden_size 4") {
-				t.Errorf("%s %s: err = %v, want ErrFormat naming \"hydra_embed_proj.weight\" and hidden_size 4", dtype, e.who, e.err)
-			}
-		}
+		bothRefuse(t, dtype, cerr, lerr, `"hydra_embed_proj.weight"`, "hidden_size 4")
 	}
 }
 
@@ -110,15 +96,7 @@ func TestSharedRowsInt8WithoutSharedRows(t *testing.T) {
 	} {
 		_, lerr := Load(c.dir, c.target, LoadOptions{})
 		cerr := Check(Spec{Heads: c.dir}, c.hidden, c.vocab)
-		for _, e := range []struct {
-			who string
-			err error
-		}{{"Check", cerr}, {"Load", lerr}} {
-			cfg := filepath.Join(c.dir, ConfigFile)
-			if !errors.Is(e.err, ErrFormat) || !strings.Contains(e.err.Error(), cfg) || !strings.Contains(e.err.Error(), "specgate.shared_rows_int8") {
-				t.Errorf("%s: %s: err = %v, want ErrFormat naming %s and specgate.shared_rows_int8", c.name, e.who, e.err, cfg)
-			}
-		}
+		bothRefuse(t, c.name, cerr, lerr, filepath.Join(c.dir, ConfigFile), "specgate.shared_rows_int8")
 	}
 }
 
@@ -136,5 +114,25 @@ func int8Bias(name string, withScale bool) func([]safetensors.Tensor) []safetens
 			}
 		}
 		panic("int8Bias: no tensor " + name)
+	}
+}
+
+// bothRefuse fails t unless Check's error cerr and Load's error lerr on
+// one directory both wrap ErrFormat and name every one of wants.
+func bothRefuse(t *testing.T, what string, cerr, lerr error, wants ...string) {
+	t.Helper()
+	for _, e := range []struct {
+		who string
+		err error
+	}{{"Check", cerr}, {"Load", lerr}} {
+		if !errors.Is(e.err, ErrFormat) {
+			t.Errorf("%s: %s: err = %v, want ErrFormat", what, e.who, e.err)
+			continue
+		}
+		for _, w := range wants {
+			if !strings.Contains(e.err.Error(), w) {
+				t.Errorf("%s: %s: err %q does not name %s", what, e.who, e.err, w)
+			}
+		}
 	}
 }
