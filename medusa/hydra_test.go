@@ -294,6 +294,12 @@ func tinyVariants() []struct {
 		{"compact-shared-int8-rows", tinyHydra{K: 2, L: 2, H: 4, V: 16, r: 2, embedProj: true, headVocab: 6, dtype: "i8", sharedInt8: true}, 5},
 		// reference layout in int8, own projections with bias, cut to 5 tokens at load
 		{"reference-i8-limit", tinyHydra{K: 2, L: 1, H: 4, V: 16, r: 4, res: true, own: true, projBias: true, dtype: "i8"}, 5},
+		// own projections over head_vocab rows with biases, cut at load to fewer
+		// (the projection bias follows the FR-Spec rows' cut; review H4)
+		{"reference-bias-frspec-limit", tinyHydra{K: 2, L: 2, H: 4, V: 16, r: 4, res: true, own: true, projBias: true, headVocab: 6, dtype: "f32"}, 3},
+		{"compact-i8-bias-frspec-limit", tinyHydra{K: 2, L: 2, H: 4, V: 16, r: 2, embedProj: true, own: true, projBias: true, headVocab: 6, dtype: "i8"}, 4},
+		// the shared lm_head over head_vocab rows with a larger limit: head_vocab rows stay
+		{"compact-shared-limit-beyond-head-vocab", tinyHydra{K: 2, L: 2, H: 4, V: 16, r: 2, embedProj: true, headVocab: 6, dtype: "f32"}, 9},
 	}
 }
 
@@ -320,11 +326,12 @@ func TestHydraHandExample(t *testing.T) {
 				t.Fatalf("Check: %v", err)
 			}
 			var ids []int32 // the loaded rows' tokens, by the test's own frequency order
-			switch {
-			case v.limit > 0:
-				ids = frequent(tinyFreq(16), v.limit)
-			case th.headVocab > 0:
-				ids = frequent(tinyFreq(16), th.headVocab)
+			lim := v.limit  // a limit cuts the head_vocab rows, never widens them
+			if th.headVocab > 0 && (lim == 0 || lim > th.headVocab) {
+				lim = th.headVocab
+			}
+			if lim > 0 {
+				ids = frequent(tinyFreq(16), lim)
 			}
 			if want := len(ids); want > 0 && h.Rows() != want || want == 0 && h.Rows() != 16 {
 				t.Fatalf("%d rows, want %d (0 = 16)", h.Rows(), want)
