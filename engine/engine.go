@@ -259,6 +259,10 @@ type request struct {
 	// token, the token limit, an error), so no step serves it again.
 	pending int
 	ended   bool
+	// graced: a step served the request while its caller was maxAhead
+	// outputs behind (its grace step, see maxOut); until the caller
+	// catches up (pending < maxAhead) it sits out.
+	graced bool
 	// kept is 1 + the tokens the caller took (Result.CompletionTokens),
 	// set before its evStop; 0: not known (the engine closed first). A
 	// step may have run past a stop string the caller found (maxAhead):
@@ -307,7 +311,7 @@ func (e *Engine) Generate(ctx context.Context, req GenerateRequest, emit func(Ch
 		res.Finish = FinishCancelled
 		return res, err
 	}
-	r := &request{ctx: ctx, req: req, maxNew: maxNew, out: make(chan stepOut, maxAhead), released: make(chan struct{}), submitted: time.Now()}
+	r := &request{ctx: ctx, req: req, maxNew: maxNew, out: make(chan stepOut, maxOut), released: make(chan struct{}), submitted: time.Now()}
 	select {
 	case e.events <- event{evSubmit, r}:
 	case <-e.quit:
@@ -566,6 +570,9 @@ func (e *Engine) loop() {
 			waiting = append(waiting, r)
 		case evContinue:
 			r.pending--
+			if r.pending < maxAhead {
+				r.graced = false
+			}
 			if r.spec != nil {
 				r.spec.count(r, e, -1) // the caller took the whole output
 			}
@@ -635,6 +642,9 @@ func (e *Engine) loop() {
 		e.steps.Add(1)
 		for _, r := range ready {
 			r.lastStep = stepNo
+			if r.pending >= maxAhead {
+				r.graced = true // its grace step: the next one it sits out
+			}
 		}
 		var preempted []*request
 		ready, preempted = e.makeRoom(ready, running)
@@ -648,7 +658,7 @@ func (e *Engine) loop() {
 			waiting = slices.Insert(waiting, at, r)
 		}
 		count()
-		e.satOut.Add(int64(behind(running)))
+		e.satOut.Add(int64(satOut(running, stepNo)))
 		e.step(ready, len(running))
 	}
 }
@@ -659,15 +669,39 @@ func (e *Engine) loop() {
 // acknowledgement, a round trip between goroutines, cost every step of a
 // lone request ~30 µs on the H100 host when the step waited for it). The
 // caller stops at an output the scheduler cannot foresee (a stop string, a
-// failed emit) at most one step late; that step's tokens are not emitted.
+// failed emit) at most one step late (two after a grace step, maxOut);
+// those steps' tokens are not emitted.
 const maxAhead = 2
 
+// maxOut is the most outputs a caller may have unacknowledged: a running
+// request whose caller is maxAhead outputs behind is still served by one
+// step, its grace step (graced), and sits out only when its caller is still
+// behind at the next step. A caller behind only for a moment (its goroutine
+// scheduled late) then keeps its place in the batches, while a caller that
+// stays behind sits out every step but one (no step waits for it). With the
+// bare maxAhead rule such a request left a batch and rejoined later, so the
+// same tokens took more, smaller steps: on the shared 2-core VM, plain bench
+// spec at concurrency 32 sat out up to 25 request-steps per run and took
+// 66-72 steps where 66 suffice; with the grace step 0 and 66 (nothing sat out
+// on the H100: docs/device-notes.md). After a grace step a stop string found
+// by the caller costs at most two steps.
+const maxOut = maxAhead + 1
+
 // canServe reports whether a step may serve r (running, not finished, its
-// caller not maxAhead outputs behind and not about to stop).
+// caller not maxAhead outputs behind and not about to stop). Admission asks
+// it; a running request may also have its grace step (servable).
 func (r *request) canServe() bool { return !r.finished && !r.ended && r.pending < maxAhead }
 
-// behind counts the running requests that wait only for their callers to
-// catch up.
+// servable reports whether a step may serve the running request r: canServe,
+// or its caller is just maxAhead outputs behind and r has not had its grace
+// step since its caller was last caught up.
+func (r *request) servable() bool {
+	return r.canServe() || (!r.finished && !r.ended && r.pending == maxAhead && !r.graced)
+}
+
+// behind counts the running requests whose callers are maxAhead or more
+// outputs behind (those that sit out and those that may still have their
+// grace step).
 func behind(running []*request) int {
 	n := 0
 	for _, r := range running {
@@ -678,10 +712,22 @@ func behind(running []*request) int {
 	return n
 }
 
+// satOut counts the running requests that step stepNo does not serve
+// because their callers are behind.
+func satOut(running []*request, stepNo uint64) int {
+	n := 0
+	for _, r := range running {
+		if !r.finished && !r.ended && r.pending >= maxAhead && r.lastStep != stepNo {
+			n++
+		}
+	}
+	return n
+}
+
 func (e *Engine) readyList(running []*request) []*request {
 	var out []*request
 	for _, r := range running {
-		if r.canServe() {
+		if r.servable() {
 			out = append(out, r)
 		}
 	}

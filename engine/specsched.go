@@ -49,7 +49,7 @@ type specState struct {
 	// outs: the speculative part of the outputs handed to the caller and
 	// not yet counted (specstats.go), oldest first from outHead; staged:
 	// the next one was recorded, not yet handed out.
-	outs          [maxAhead]specOut
+	outs          [maxOut]specOut
 	outHead, outN int
 	staged        bool
 }

@@ -33,8 +33,8 @@ type specOut struct {
 // the caller next (handed marks it handed).
 func (sp *specState) stage(r *request, e *Engine) *specOut {
 	if sp.outN == len(sp.outs) {
-		// cannot happen: a step serves a request with fewer than maxAhead
-		// outputs unacknowledged (canServe); counted as taken, not lost
+		// cannot happen: a step serves a request with fewer than maxOut
+		// outputs unacknowledged (servable); counted as taken, not lost
 		sp.count(r, e, -1)
 	}
 	sp.staged = true
