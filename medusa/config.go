@@ -171,8 +171,45 @@ func Check(s Spec, hidden, vocab int) error {
 	}
 	rd := &weightReader{set: f, file: wPath, names: names, H: hidden, V: vocab,
 		missing: fmt.Sprintf("%d heads x %d layers in %s", cfg.NumHeads, cfg.NumLayers, cfgPath)}
-	if _, err := medusaLayout(rd, cfg, cfgPath); err != nil {
+	own, err := medusaLayout(rd, cfg, cfgPath)
+	if err != nil {
 		return err // what Load refuses before reading a value
+	}
+	return checkRows(s, cfg, wPath, vocab, own)
+}
+
+// checkRows is the part of Load's projection setup that needs no model
+// (heads.go Load, hydra.go loadHydra, setProjections), for Check: with own
+// projections share_lm_head is refused, and where Load reads the
+// token_frequency file (FR-Spec rows of head_vocab, a vocabulary limit
+// below the projection's rows, Hydra heads on the lm_head's head_vocab
+// rows) it is read against vocab (0 = unknown: not read).
+func checkRows(s Spec, cfg Config, wPath string, vocab int, own bool) error {
+	cfgPath := filepath.Join(s.Heads, ConfigFile)
+	if cfg.Specgate.ShareLMHead && own {
+		return fmt.Errorf("%s: specgate.share_lm_head is true but %s has vocabulary projections: %w", cfgPath, wPath, ErrFormat)
+	}
+	HV, limit := cfg.Specgate.HeadVocab, s.VocabLimit
+	if vocab == 0 {
+		return nil
+	}
+	if HV > vocab {
+		return fmt.Errorf("%s: specgate.head_vocab %d > target vocab_size %d: %w", cfgPath, HV, vocab, ErrMismatch)
+	}
+	rows := vocab
+	switch {
+	case HV > 0 && own:
+		if _, err := frequentTokens(s.Heads, cfg, vocab, HV); err != nil {
+			return err
+		}
+		rows = HV
+	case HV > 0 && (limit == 0 || limit > HV):
+		limit = HV // Hydra heads on the lm_head's head_vocab rows (Medusa: refused by medusaLayout)
+	}
+	if limit > 0 && limit < rows {
+		if _, err := frequentTokens(s.Heads, cfg, vocab, limit); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -622,7 +622,7 @@ func checkHydra(s Spec, cfg Config, hidden, vocab int) error {
 	if cfg.Specgate.SharedRowsInt8 && own {
 		return sharedRowsInt8Unused(cfgPath, wPath) // Load's check (no LoadOptions.ShareLMHead here)
 	}
-	return nil
+	return checkRows(s, cfg, wPath, vocab, own)
 }
 
 // sharedRowsInt8Unused is the error for specgate.shared_rows_int8 on Hydra

@@ -136,3 +136,47 @@ func bothRefuse(t *testing.T, what string, cerr, lerr error, wants ...string) {
 		}
 	}
 }
+
+// TestCheckReadsTheFrequencyFile: where Load reads the token_frequency
+// file (FR-Spec projections of head_vocab rows, a vocabulary limit below
+// the projection's rows), Check reads it too: a missing file or one of
+// another vocabulary fails both (config check said OK, serve failed).
+func TestCheckReadsTheFrequencyFile(t *testing.T) {
+	target := tinyTarget(t, 4)
+	for _, c := range []struct {
+		name  string
+		th    tinyHydra
+		limit int
+	}{
+		{"head_vocab rows", tinyHydra{K: 2, L: 1, H: 4, V: 16, r: 4, own: true, headVocab: 6, dtype: "f32"}, 0},
+		{"vocabulary limit", tinyHydra{K: 2, L: 1, H: 4, V: 16, r: 4, own: true, dtype: "f32"}, 5},
+		{"shared head_vocab rows", tinyHydra{K: 2, L: 1, H: 4, V: 16, r: 2, embedProj: true, headVocab: 6, dtype: "f32"}, 0},
+	} {
+		for _, bad := range []struct {
+			name string
+			body []byte // nil: no file
+			want string
+		}{
+			{"missing", nil, "head_token_frequency.json"},
+			{"other vocabulary", []byte(`{"counts": [3, 1, 2]}`), "3 entries"},
+		} {
+			th := c.th
+			dir := th.write(t)
+			p := filepath.Join(dir, "head_token_frequency.json")
+			os.Remove(p)
+			if bad.body != nil {
+				os.WriteFile(p, bad.body, 0o644)
+			}
+			_, lerr := Load(dir, target, LoadOptions{VocabLimit: c.limit})
+			cerr := Check(Spec{Heads: dir, VocabLimit: c.limit}, 4, 16)
+			for _, e := range []struct {
+				who string
+				err error
+			}{{"Check", cerr}, {"Load", lerr}} {
+				if e.err == nil || !strings.Contains(e.err.Error(), bad.want) || !errors.Is(e.err, ErrFormat) && !errors.Is(e.err, ErrMismatch) {
+					t.Errorf("%s, %s frequency file: %s: err = %v, want an error naming %s", c.name, bad.name, e.who, e.err, bad.want)
+				}
+			}
+		}
+	}
+}
