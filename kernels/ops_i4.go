@@ -41,29 +41,7 @@ func (c *Ctx) GemvI4(kind GemvKind, W, GS, X, xrow, nw DevicePtr, eps float32, Y
 
 // gemvI4One is GemvI4 of one token.
 func (c *Ctx) gemvI4One(kind GemvKind, W, GS, X, xrow, nw DevicePtr, eps float32, Y DevicePtr, N, K int) error {
-	const M = 1
-	name := gemvI4Names[kind] + "_m1"
-	f, err := c.Func(name)
-	if err != nil {
-		return err
-	}
-	smem := GemvSmem(M, K)
-	if err := c.smemAttr(name, f, smem); err != nil {
-		return err
-	}
-	units := N
-	if kind == GemvSwiGLU {
-		units = N / 2
-	}
-	grid, upb, threads, err := c.gemvI8Grid(name, f, M, units, smem)
-	if err != nil {
-		return err
-	}
-	if err := c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
-		P(W), P(GS), P(X), P(xrow), P(nw), F(eps), P(Y), I(N), I(K), I(upb)); err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	return nil
+	return c.launchQuantGemv(gemvI4Names[kind]+"_m1", kind, W, GS, X, xrow, nw, eps, Y, 1, N, K)
 }
 
 // GemvI4QKVRope is GemvQKVRope over an int4 fused QKV weight W (RopeRows
@@ -91,27 +69,7 @@ func (c *Ctx) GemvI4QKVRope(W, GS, X, xrow, nw DevicePtr, eps float32, qkv, pos,
 // gemvI4QKVRopeOne is GemvI4QKVRope of one token.
 func (c *Ctx) gemvI4QKVRopeOne(W, GS, X, xrow, nw DevicePtr, eps float32, qkv, pos, slots, invFreq, kc, vc DevicePtr,
 	H, nh, nkv, hd int) error {
-	const M = 1
-	N := (nh + 2*nkv) * hd
-	name := "gemv_i4_qkv_rope_m1"
-	f, err := c.Func(name)
-	if err != nil {
-		return err
-	}
-	smem := GemvSmem(M, H)
-	if err := c.smemAttr(name, f, smem); err != nil {
-		return err
-	}
-	grid, upb, threads, err := c.gemvI8Grid(name, f, M, N/2, smem)
-	if err != nil {
-		return err
-	}
-	if err := c.launchPDL(f, Dim3{uint32(grid), 1, 1}, Dim3{uint32(threads), 1, 1}, smem,
-		P(W), P(GS), P(X), P(xrow), P(nw), F(eps), P(qkv), I(N), I(H), I(upb),
-		P(pos), P(slots), P(invFreq), P(kc), P(vc), I(nh), I(nkv), I(hd)); err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	return nil
+	return c.launchQuantQKVRope("gemv_i4_qkv_rope_m1", W, GS, X, xrow, nw, eps, qkv, pos, slots, invFreq, kc, vc, 1, H, nh, nkv, hd)
 }
 
 // DequantI4F16 writes out [N][K] fp16 = f16(GS[n][k/32] * q[n][k]) (the

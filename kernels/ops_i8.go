@@ -104,7 +104,13 @@ func (c *Ctx) GemvI8(kind GemvKind, W, S, X, xrow, nw DevicePtr, eps float32, Y 
 		(kind == GemvSwiGLU && N%2 != 0) {
 		return fmt.Errorf("gemv_i8 kind %d M=%d N=%d K=%d (K must be a multiple of 16): %w", kind, M, N, K, ErrBadArg)
 	}
-	name := c.gemvI8Name(gemvI8Names[kind], M)
+	return c.launchQuantGemv(c.gemvI8Name(gemvI8Names[kind], M), kind, W, S, X, xrow, nw, eps, Y, M, N, K)
+}
+
+// launchQuantGemv launches the weight-only GEMV kernel name (int8 or int4:
+// both take W, their scales S, X, xrow, nw, eps, Y, N, K and units per
+// block) for M tokens on the one-wave grid of gemvI8Grid.
+func (c *Ctx) launchQuantGemv(name string, kind GemvKind, W, S, X, xrow, nw DevicePtr, eps float32, Y DevicePtr, M, N, K int) error {
 	f, err := c.Func(name)
 	if err != nil {
 		return err
@@ -136,7 +142,14 @@ func (c *Ctx) GemvI8QKVRope(W, S, X, xrow, nw DevicePtr, eps float32, qkv, pos, 
 	if M < 1 || M > GemvMaxM || H%16 != 0 || hd%2 != 0 || N <= 0 {
 		return fmt.Errorf("gemv_i8_qkv_rope M=%d H=%d heads %d/%d hd %d (H must be a multiple of 16): %w", M, H, nh, nkv, hd, ErrBadArg)
 	}
-	name := c.gemvI8Name("gemv_i8_qkv_rope", M)
+	return c.launchQuantQKVRope(c.gemvI8Name("gemv_i8_qkv_rope", M), W, S, X, xrow, nw, eps, qkv, pos, slots, invFreq, kc, vc, M, H, nh, nkv, hd)
+}
+
+// launchQuantQKVRope launches the weight-only fused QKV + RoPE + KV append
+// kernel name (int8 or int4; same parameters) for M tokens.
+func (c *Ctx) launchQuantQKVRope(name string, W, S, X, xrow, nw DevicePtr, eps float32, qkv, pos, slots, invFreq, kc, vc DevicePtr,
+	M, H, nh, nkv, hd int) error {
+	N := (nh + 2*nkv) * hd
 	f, err := c.Func(name)
 	if err != nil {
 		return err
