@@ -91,43 +91,11 @@ func TestGemvI4(t *testing.T) {
 					}
 					dY := fresh()
 					got := run(M, dY)
-					want := make([]float64, M*outW)
-					for m := 0; m < M; m++ {
-						src := m
-						if dxr != 0 {
-							src = int(xrow[m])
-						}
-						in := make([]float64, K)
-						var ss float64
-						for k := 0; k < K; k++ {
-							in[k] = float64(X[src*K+k])
-							ss += in[k] * in[k]
-						}
-						if kind == GemvNorm || kind == GemvSwiGLU {
-							s := 1 / math.Sqrt(ss/float64(K)+eps)
-							for k := range in {
-								in[k] *= s * h2f(nw[k])
-							}
-						}
-						dot := func(n int) float64 {
-							var a float64
-							for k := 0; k < K; k++ {
-								a += i4At(Q, S, K, n, k) * in[k]
-							}
-							return a
-						}
-						for u := 0; u < outW; u++ {
-							switch kind {
-							case GemvResid:
-								want[m*outW+u] = float64(Y0[m*outW+u]) + dot(u)
-							case GemvSwiGLU:
-								g, up := dot(2*u), dot(2*u+1)
-								want[m*outW+u] = g / (1 + math.Exp(-g)) * up
-							default:
-								want[m*outW+u] = dot(u)
-							}
-						}
+					var xr []int32
+					if dxr != 0 {
+						xr = xrow
 					}
+					want := gemvRef(kind, X, xr, nw, Y0, M, N, K, eps, func(n, k int) float64 { return i4At(Q, S, K, n, k) })
 					if e := relErr(got, want); e > 1e-5 {
 						t.Errorf("int4 kind %d N=%d K=%d M=%d: rel err %.3g", kind, N, K, M, e)
 					}
